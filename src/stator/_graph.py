@@ -1,0 +1,350 @@
+"""State graphs: the states a row can be in, the edges between them, and per-state timing.
+
+A graph is declared as a class and validated the moment the class is created, so a mistake
+in it fails at import time with a message naming the graph and the state, never later inside
+a worker.  This module is pure: no database, no clock, no threads.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .errors import GraphError
+
+DEFAULT_RETRY_AFTER = 60.0
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_RETRY_AFTER = 3600.0
+HANDLER_PREFIXES = ("check_", "handle_")
+
+Handler = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class TimedEdge:
+    """An edge taken by the engine itself once a row has spent ``seconds`` in its state."""
+
+    target: State
+    seconds: float
+
+
+class State:
+    """One state of a graph, with the timing rules for rows in it.
+
+    Timings are seconds.  ``try_interval`` and ``attempt_immediately`` are the names Takahē
+    used; they are accepted so its graphs port unchanged.
+    """
+
+    name: str
+    graph: type[StateGraph]
+
+    def __init__(
+        self,
+        *,
+        retry_after: float | None = None,
+        start_after: float | None = None,
+        delete_after: float | None = None,
+        timeout: float | None = None,
+        externally_progressed: bool = False,
+        force_initial: bool = False,
+        max_attempts: int | None = None,
+        backoff: float = 2.0,
+        max_retry_after: float | None = None,
+        handler_name: str | None = None,
+        try_interval: float | None = None,
+        attempt_immediately: bool | None = None,
+    ) -> None:
+        self._declared_retry = retry_after is not None or try_interval is not None
+        if retry_after is not None and try_interval is not None and retry_after != try_interval:
+            self._init_problem: str | None = "give retry_after or try_interval, not both"
+        else:
+            self._init_problem = None
+        self.retry_after = float(
+            retry_after if retry_after is not None
+            else try_interval if try_interval is not None
+            else DEFAULT_RETRY_AFTER
+        )
+        if start_after is None:
+            # Takahē's attempt_immediately=False meant "wait one try_interval first".
+            start_after = self.retry_after if attempt_immediately is False else 0.0
+        self.start_after = float(start_after)
+        self.delete_after = None if delete_after is None else float(delete_after)
+        self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
+        self.externally_progressed = externally_progressed
+        self.force_initial = force_initial
+        self.max_attempts = max_attempts
+        self.backoff = float(backoff)
+        self.max_retry_after = float(
+            max_retry_after if max_retry_after is not None
+            else max(DEFAULT_MAX_RETRY_AFTER, self.retry_after)
+        )
+        self.handler_name = handler_name
+        self.children: dict[str, State] = {}
+        self.parents: dict[str, State] = {}
+        self._edges: list[State] = []
+        self.timed_edge: TimedEdge | None = None
+        self.exhausted_to: State | None = None
+        self.handler: Handler | None = None
+        self.handler_is_async = False
+
+    # -- declaring edges (called in the class body, before names are known) ---------------
+
+    def transitions_to(self, other: State) -> None:
+        """Allow the engine (via the handler) or application code to move rows to ``other``."""
+        self._check_state(other, "transitions_to")
+        if other not in self._edges:
+            self._edges.append(other)
+
+    def times_out_to(self, other: State, seconds: float) -> None:
+        """Move rows to ``other`` once they have been ``seconds`` in this state."""
+        self._check_state(other, "times_out_to")
+        self.timed_edge = TimedEdge(other, float(seconds))
+        self.transitions_to(other)
+
+    def fails_to(self, other: State) -> None:
+        """Where rows go once the handler has failed ``max_attempts`` times in a row."""
+        self._check_state(other, "fails_to")
+        self.exhausted_to = other
+        self.transitions_to(other)
+
+    def _check_state(self, other: object, verb: str) -> None:
+        if not isinstance(other, State):
+            raise GraphError(f"{verb}() takes a State, not {other!r}")
+
+    # -- naming ------------------------------------------------------------------------------
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if hasattr(self, "name"):
+            raise GraphError(
+                f"{owner.__name__}.{name}: this State object is already named "
+                f"{self.name!r}; give each state its own State()"
+            )
+        self.name = name
+
+    # -- derived facts -------------------------------------------------------------------------
+
+    @property
+    def terminal(self) -> bool:
+        """No edge leaves this state: rows here are done (though maybe deleted later)."""
+        return not self.children
+
+    @property
+    def automatic(self) -> bool:
+        """The engine runs a handler for rows in this state."""
+        return self.handler is not None
+
+    @property
+    def scheduled(self) -> bool:
+        """Rows in this state need the engine at some time (a handler, a deletion or a timeout)."""
+        return self.automatic or self.delete_after is not None or self.timed_edge is not None
+
+    @property
+    def lease(self) -> float:
+        """How long a claim on a row in this state lasts: twice the task deadline."""
+        return 2.0 * self.timeout
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, State):
+            return self is other
+        if isinstance(other, str):
+            return getattr(self, "name", None) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(getattr(self, "name", id(self)))
+
+    def __str__(self) -> str:
+        return getattr(self, "name", "<unnamed state>")
+
+    def __repr__(self) -> str:
+        graph = getattr(self, "graph", None)
+        prefix = f"{graph.__name__}." if graph is not None else ""
+        return f"<State {prefix}{self}>"
+
+
+class StateGraph:
+    """Base class of state graphs; subclasses declare ``State`` attributes and handlers.
+
+    After class creation a graph has ``states`` (by name), ``initial_state``,
+    ``terminal_states`` and ``automatic_states``.
+    """
+
+    states: ClassVar[dict[str, State]] = {}
+    initial_state: ClassVar[State]
+    terminal_states: ClassVar[frozenset[State]] = frozenset()
+    automatic_states: ClassVar[frozenset[State]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        states = {name: v for name, v in vars(cls).items() if isinstance(v, State)}
+        if not states:
+            raise GraphError(f"{cls.__name__}: a state graph needs at least one State")
+        for state in states.values():
+            state.graph = cls
+        _link_edges(cls, states)
+        _bind_handlers(cls, states)
+        cls.states = states
+        cls.initial_state = _find_initial(cls, states)
+        _check_reachable(cls, states, cls.initial_state)
+        _check_states(cls, states)
+        cls.terminal_states = frozenset(s for s in states.values() if s.terminal)
+        cls.automatic_states = frozenset(s for s in states.values() if s.automatic)
+
+    @classmethod
+    def get_state(cls, state: State | str) -> State:
+        """The graph's state named ``state``; a clear error if there is none."""
+        name = state.name if isinstance(state, State) else state
+        try:
+            return cls.states[name]
+        except KeyError:
+            known = ", ".join(cls.states)
+            raise GraphError(f"{cls.__name__} has no state {name!r} (it has: {known})") from None
+
+    @classmethod
+    def scheduled_states(cls) -> list[State]:
+        """States whose rows the engine claims, in declaration order."""
+        return [s for s in cls.states.values() if s.scheduled]
+
+    @classmethod
+    def edges(cls) -> Iterator[tuple[State, State]]:
+        for state in cls.states.values():
+            for child in state.children.values():
+                yield state, child
+
+
+def _link_edges(cls: type[StateGraph], states: dict[str, State]) -> None:
+    members = {id(s) for s in states.values()}
+    for state in states.values():
+        for target in state._edges:
+            if id(target) not in members:
+                raise GraphError(
+                    f"{cls.__name__}.{state.name}: transition to {target!r}, which is not a "
+                    f"state of {cls.__name__}"
+                )
+            state.children[target.name] = target
+            target.parents[state.name] = state
+
+
+def _bind_handlers(cls: type[StateGraph], states: dict[str, State]) -> None:
+    for attr in dir(cls):
+        for prefix in HANDLER_PREFIXES:
+            if attr.startswith(prefix) and attr[len(prefix):] not in states:
+                raise GraphError(
+                    f"{cls.__name__}.{attr}: a handler for state {attr[len(prefix):]!r}, "
+                    f"which {cls.__name__} does not have"
+                )
+    for name, state in states.items():
+        candidates = [state.handler_name] if state.handler_name else [
+            p + name for p in HANDLER_PREFIXES
+        ]
+        found = [c for c in candidates if c is not None and hasattr(cls, c)]
+        if state.handler_name and not found:
+            raise GraphError(
+                f"{cls.__name__}.{name}: handler_name={state.handler_name!r} does not exist"
+            )
+        if len(found) > 1:
+            raise GraphError(f"{cls.__name__}.{name}: both {found[0]} and {found[1]} are defined")
+        if found:
+            state.handler, state.handler_is_async = _resolve_handler(cls, found[0])
+
+
+def _resolve_handler(cls: type[StateGraph], attr: str) -> tuple[Handler, bool]:
+    raw = inspect.getattr_static(cls, attr)
+    if isinstance(raw, (classmethod, staticmethod)):
+        func = raw.__func__
+        handler: Handler = getattr(cls, attr)
+    elif inspect.isfunction(raw):
+        func = raw
+
+        def handler(instance: Any, _f: Any = raw) -> Any:  # plain function: pass the graph in
+            return _f(cls, instance)
+    else:
+        raise GraphError(f"{cls.__name__}.{attr}: a handler must be a function or classmethod")
+    return handler, inspect.iscoroutinefunction(func)
+
+
+def _find_initial(cls: type[StateGraph], states: dict[str, State]) -> State:
+    forced = [s for s in states.values() if s.force_initial]
+    if len(forced) > 1:
+        names = ", ".join(s.name for s in forced)
+        raise GraphError(f"{cls.__name__}: several states have force_initial=True ({names})")
+    if forced:
+        return forced[0]
+    entries = [s for s in states.values() if not s.parents]
+    if len(entries) == 1:
+        return entries[0]
+    if not entries:
+        raise GraphError(
+            f"{cls.__name__}: every state has a way in, so none is the initial state; "
+            "mark the entry state with State(force_initial=True)"
+        )
+    names = ", ".join(s.name for s in entries)
+    raise GraphError(
+        f"{cls.__name__}: several states have no way in ({names}); a graph has one initial "
+        "state: add transitions into the others or remove them"
+    )
+
+
+def _check_reachable(cls: type[StateGraph], states: dict[str, State], initial: State) -> None:
+    seen = {initial.name}
+    todo = [initial]
+    while todo:
+        for child in todo.pop().children.values():
+            if child.name not in seen:
+                seen.add(child.name)
+                todo.append(child)
+    unreachable = [name for name in states if name not in seen]
+    if unreachable:
+        raise GraphError(
+            f"{cls.__name__}: state(s) {', '.join(unreachable)} cannot be reached from the "
+            f"initial state {initial.name}"
+        )
+
+
+def _check_states(cls: type[StateGraph], states: dict[str, State]) -> None:
+    for state in states.values():
+        where = f"{cls.__name__}.{state.name}"
+        for problem in _state_problems(state):
+            raise GraphError(f"{where}: {problem}")
+
+
+def _state_problems(state: State) -> Iterator[str]:
+    if state._init_problem:
+        yield state._init_problem
+    if state.terminal and state.automatic:
+        yield "a terminal state (no transitions out) cannot have a handler"
+    if state.externally_progressed and state.automatic:
+        yield "an externally_progressed state cannot have a handler"
+    if not state.terminal and not state.externally_progressed and not state.automatic:
+        yield (
+            f"has transitions out but no handler: define check_{state.name} on the graph "
+            "or mark it State(externally_progressed=True)"
+        )
+    yield from _timing_problems(state)
+    if state.max_attempts is not None and state.exhausted_to is None:
+        yield f"max_attempts is set: declare where exhausted rows go with {state.name}.fails_to(...)"
+    if state.exhausted_to is not None and state.max_attempts is None:
+        yield "fails_to(...) needs State(max_attempts=N)"
+    if state.max_attempts is not None and not state.automatic:
+        yield "max_attempts only applies to a state with a handler"
+
+
+def _timing_problems(state: State) -> Iterator[str]:
+    if not state.retry_after > 0:
+        yield f"retry_after must be > 0 seconds (got {state.retry_after})"
+    if state.start_after < 0:
+        yield f"start_after must be >= 0 seconds (got {state.start_after})"
+    if state.delete_after is not None and not state.delete_after > 0:
+        yield f"delete_after must be > 0 seconds (got {state.delete_after})"
+    if not state.timeout > 0:
+        yield f"timeout must be > 0 seconds (got {state.timeout})"
+    if state.backoff < 1:
+        yield f"backoff must be >= 1 (got {state.backoff})"
+    if state.max_retry_after < state.retry_after:
+        yield "max_retry_after must be >= retry_after"
+    if state.max_attempts is not None and state.max_attempts < 1:
+        yield f"max_attempts must be >= 1 (got {state.max_attempts})"
+    if state.timed_edge is not None and not state.timed_edge.seconds > 0:
+        yield f"times_out_to needs seconds > 0 (got {state.timed_edge.seconds})"

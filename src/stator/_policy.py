@@ -1,0 +1,178 @@
+"""Turning "a claimed row + what its handler did + now" into the row's next columns.
+
+Handlers decide; the engine writes.  Every rule about timing lives here as pure functions:
+when a row is next due, how far failures back off, when a row is deleted, timed out or given
+up on.  The store only executes the ``Write`` values produced here.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from ._graph import State, StateGraph
+
+JITTER = 0.1  # failures back off by ±10% so rows that failed together do not retry together
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The engine's view of one claimed row.  ``lease_until`` is the claim's fencing token."""
+
+    pk: Any
+    state: str
+    state_changed: datetime
+    lease_until: datetime
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    target: State
+
+
+@dataclass(frozen=True, slots=True)
+class Stayed:
+    """``None`` returned, or ``TryAgainLater`` raised: no penalty."""
+
+    delay: float | None = None
+
+
+FailureKind = Literal["error", "timeout", "invalid"]
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    kind: FailureKind
+    message: str
+    traceback: str = ""
+
+
+Outcome = Moved | Stayed | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One fenced change to one row: applied only if the row still holds ``fence``."""
+
+    pk: Any
+    fence_state: str
+    fence: datetime
+    delete: bool = False
+    state: str = ""
+    state_changed: datetime | None = None
+    state_next: datetime | None = None
+    attempts: int = 0
+    moved: bool = False
+    failure: Failed | None = None
+    attempt: int = 0  # the attempt number the failure belongs to (for the error log)
+
+
+def first_due(state: State, entered: datetime) -> datetime | None:
+    """When a row that has just entered ``state`` first needs the engine, or None for never."""
+    due: list[datetime] = []
+    if state.automatic:
+        due.append(entered + timedelta(seconds=state.start_after))
+    return _earliest(state, entered, due)
+
+
+def _earliest(state: State, entered: datetime, due: list[datetime]) -> datetime | None:
+    if state.delete_after is not None:
+        due.append(entered + timedelta(seconds=state.delete_after))
+    if state.timed_edge is not None:
+        due.append(entered + timedelta(seconds=state.timed_edge.seconds))
+    return min(due) if due else None
+
+
+def backoff_delay(state: State, failures: int, key: Any) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure: exponential, capped,
+    with a jitter that is deterministic per row so tests can predict it."""
+    exponent = max(failures - 1, 0)
+    delay = min(state.retry_after * state.backoff**exponent, state.max_retry_after)
+    spread = (zlib.crc32(f"{key!r}:{failures}".encode()) % 2001) / 1000.0 - 1.0  # -1.0 .. 1.0
+    return max(delay * (1.0 + JITTER * spread), 0.001)
+
+
+def before_run(graph: type[StateGraph], row: Claimed, now: datetime) -> Write | None:
+    """What to do with a claimed row before any handler runs; None means "run the handler"."""
+    state = graph.states[row.state]
+    if state.delete_after is not None and now >= row.state_changed + timedelta(
+        seconds=state.delete_after
+    ):
+        return Write(row.pk, row.state, row.lease_until, delete=True)
+    edge = state.timed_edge
+    if edge is not None and now >= row.state_changed + timedelta(seconds=edge.seconds):
+        return move(row, edge.target, now)
+    if not state.automatic:
+        # Claimed for a deletion or timeout that is not due yet (its clock disagreed with
+        # ours, or the application set state_next by hand): put it back on its schedule.
+        return Write(
+            row.pk, row.state, row.lease_until, state=row.state,
+            state_changed=row.state_changed, state_next=first_due(state, row.state_changed),
+            attempts=row.attempts,
+        )
+    return None
+
+
+def move(row: Claimed, target: State, now: datetime, failure: Failed | None = None) -> Write:
+    return Write(
+        row.pk, row.state, row.lease_until, state=target.name, state_changed=now,
+        state_next=first_due(target, now), attempts=0, moved=True, failure=failure,
+        attempt=row.attempts + 1 if failure else 0,
+    )
+
+
+def after_run(graph: type[StateGraph], row: Claimed, outcome: Outcome, now: datetime) -> Write:
+    """The write that records ``outcome`` for ``row``."""
+    state = graph.states[row.state]
+    if isinstance(outcome, Moved):
+        return move(row, outcome.target, now)
+    if isinstance(outcome, Stayed):
+        delay = state.retry_after if outcome.delay is None else outcome.delay
+        return _stay(state, row, now + timedelta(seconds=delay), attempts=0)
+    failures = row.attempts + 1
+    if state.max_attempts is not None and failures >= state.max_attempts:
+        assert state.exhausted_to is not None  # guaranteed by graph validation
+        return move(row, state.exhausted_to, now, failure=outcome)
+    retry_at = now + timedelta(seconds=backoff_delay(state, failures, row.pk))
+    return _stay(state, row, retry_at, attempts=failures, failure=outcome)
+
+
+def _stay(
+    state: State, row: Claimed, retry_at: datetime, attempts: int, failure: Failed | None = None
+) -> Write:
+    return Write(
+        row.pk, row.state, row.lease_until, state=row.state, state_changed=row.state_changed,
+        state_next=_earliest(state, row.state_changed, [retry_at]), attempts=attempts,
+        failure=failure, attempt=attempts if failure else 0,
+    )
+
+
+def release(row: Claimed, now: datetime) -> Write:
+    """Hand an unstarted claim back so any worker can take it at once."""
+    return Write(
+        row.pk, row.state, row.lease_until, state=row.state, state_changed=row.state_changed,
+        state_next=now, attempts=row.attempts,
+    )
+
+
+def check_target(graph: type[StateGraph], row_state: str, returned: object) -> State | str:
+    """Resolve a handler's return value to a State, or explain why it is not allowed."""
+    if isinstance(returned, State):
+        name = getattr(returned, "name", None)
+    elif isinstance(returned, str):
+        name = returned
+    else:
+        return f"handler returned {returned!r}; expected a State, a state name or None"
+    current = graph.states[row_state]
+    if name not in current.children:
+        allowed = ", ".join(current.children) or "nothing"
+        return (
+            f"handler returned {name!r}, but {graph.__name__}.{row_state} may only move to "
+            f"{allowed}"
+        )
+    if isinstance(returned, State) and returned.graph is not graph:
+        return f"handler returned a state of {returned.graph.__name__}, not {graph.__name__}"
+    return current.children[name]

@@ -1,0 +1,294 @@
+"""``Stator``: the application's handle on its models, its database and its workers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.orm import Session
+
+from ._clock import Clock, SystemClock
+from ._execute import Executor, Task
+from ._graph import State
+from ._policy import Write
+from ._store import Store, TrackedModel
+from ._worker import RunSummary, Worker, WorkerOptions
+from .errors import ConfigError, TransitionError
+from .sqlalchemy import StatorMixin
+
+RECENT = timedelta(minutes=5)
+LIVE_AFTER = timedelta(seconds=30)
+
+
+@dataclass
+class CycleReport:
+    """What one ``run_once`` did."""
+
+    claimed: int = 0
+    transitions: int = 0
+    errors: int = 0
+    lost: int = 0
+    per_model: dict[str, int] = field(default_factory=dict)
+
+
+class Stator:
+    """Binds models (each with a ``state_graph``) to a database, and runs them.
+
+    ``db`` is a URL (``sqlite:///file.db``, ``postgresql+psycopg://…``) or a SQLAlchemy
+    ``Engine``.  ``clock`` is injectable so tests can jump over retry intervals.
+    """
+
+    def __init__(
+        self,
+        db: str | Engine,
+        models: Sequence[type],
+        *,
+        clock: Clock | None = None,
+        concurrency: int = 4,
+        batch_size: int = 100,
+    ) -> None:
+        if not models:
+            raise ConfigError("Stator needs at least one model")
+        for model in models:
+            if not (isinstance(model, type) and issubclass(model, StatorMixin)):
+                raise ConfigError(f"{model!r} is not a model using StatorMixin")
+        if concurrency < 1:
+            raise ConfigError("concurrency must be at least 1")
+        if batch_size < 1:
+            raise ConfigError("batch_size must be at least 1")
+        self.models = list(models)
+        self.clock: Clock = clock or SystemClock()
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.engine = db if isinstance(db, Engine) else _create_engine(db, concurrency)
+        self.store = Store(self.engine, self.models)
+
+    @property
+    def url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def with_db(self, db: str | Engine) -> Stator:
+        """The same models and settings bound to another database."""
+        return Stator(
+            db, self.models, clock=self.clock, concurrency=self.concurrency,
+            batch_size=self.batch_size,
+        )
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade Stator's tables and the models' columns; returns what it did."""
+        return self.store.migrate()
+
+    def check(self) -> None:
+        """Raise ``SchemaError`` (naming the fix) unless the database is ready to be run."""
+        self.store.check_ready()
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run_once(self) -> CycleReport:
+        """Claim one batch per model, run its handlers inline and write the results.
+
+        For tests: a handler's exception (or a disallowed return value) is recorded against
+        its row like in a worker, then raised here.
+        """
+        executor = Executor(self.store, self.clock)
+        report = CycleReport()
+        first_error: BaseException | None = None
+        groups: list[tuple[TrackedModel, list[Write]]] = []
+        for tracked in self.store.tracked:
+            writes: list[Write] = []
+            claimed = self.store.claim(tracked, self.clock.now(), self.batch_size)
+            report.per_model[tracked.name] = len(claimed)
+            report.claimed += len(claimed)
+            for obj, row in claimed:
+                task = executor.prepare(tracked, obj, row)
+                self._run_inline(executor, task)
+                report.lost += task.lost
+                if task.write is not None:
+                    writes.append(task.write)
+                    report.transitions += task.write.moved
+                    failure = task.write.failure
+                    if failure is not None:
+                        report.errors += 1
+                        if first_error is None:
+                            first_error = task.error or TransitionError(failure.message)
+                elif task.committed:
+                    report.transitions += 1
+            groups.append((tracked, writes))
+        lost = self.store.write_all(groups)
+        report.lost += sum(len(v) for v in lost.values())
+        if first_error is not None:
+            raise first_error
+        return report
+
+    def _run_inline(self, executor: Executor, task: Task) -> None:
+        if not executor.before(task):
+            return
+        if task.tracked.graph.states[task.claimed.state].handler_is_async:
+            asyncio.run(executor.run_async(task))
+        else:
+            executor.run_sync(task)
+
+    def worker(
+        self,
+        *,
+        concurrency: int | None = None,
+        until_idle: bool = False,
+        idle_window: float = 1.0,
+        run_for: float | None = None,
+        models: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+        liveness_file: str | Path | None = None,
+    ) -> Worker:
+        """A worker for this database; call ``.run()`` on it (``.stop()`` from elsewhere)."""
+        if run_for is not None and run_for <= 0:
+            raise ConfigError("run_for must be > 0 seconds (leave it out to run until stopped)")
+        if idle_window < 0:
+            raise ConfigError("idle_window must be >= 0 seconds")
+        options = WorkerOptions(
+            concurrency=concurrency or self.concurrency, batch_size=self.batch_size,
+            until_idle=until_idle, idle_window=idle_window, run_for=run_for,
+            liveness_file=Path(liveness_file) if liveness_file else None,
+        )
+        if options.concurrency < 1:
+            raise ConfigError("concurrency must be at least 1")
+        self.check()
+        return Worker(self.store, self.clock, self._select(models, exclude), options)
+
+    def run(self, **options: Any) -> RunSummary:
+        """Run a worker in this thread until stopped, idle (``until_idle``) or ``run_for``."""
+        return self.worker(**options).run()
+
+    def _select(
+        self, models: Iterable[str] | None, exclude: Iterable[str] | None
+    ) -> list[TrackedModel]:
+        names = {t.name: t for t in self.store.tracked}
+        aliases = {t.model.__name__: t for t in self.store.tracked}
+        chosen = list(self.store.tracked)
+        if models:
+            chosen = [self._lookup(n, names, aliases) for n in models]
+        if exclude:
+            dropped = {self._lookup(n, names, aliases).name for n in exclude}
+            chosen = [t for t in chosen if t.name not in dropped]
+        if not chosen:
+            raise ConfigError("no models left to run after --models/--exclude")
+        return chosen
+
+    @staticmethod
+    def _lookup(
+        name: str, names: dict[str, TrackedModel], aliases: dict[str, TrackedModel]
+    ) -> TrackedModel:
+        found = names.get(name) or aliases.get(name)
+        if found is None:
+            known = ", ".join(sorted(names))
+            raise ConfigError(f"unknown model {name!r} (known: {known})")
+        return found
+
+    # -- application-side transitions -------------------------------------------------------
+
+    def transition_many(
+        self, model: type, to: State | str, *where: ColumnElement[bool]
+    ) -> int:
+        """Move every row of ``model`` matching ``where`` to ``to`` in one statement; commits."""
+        if model not in self.models:
+            raise ConfigError(f"{model.__name__} is not one of this Stator's models")
+        with Session(self.engine) as session:
+            moved: int = model.transition_many(  # type: ignore[attr-defined]
+                session, to, *where, clock=self.clock
+            )
+            session.commit()
+        return moved
+
+    # -- observability ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Per model and state: rows, due, oldest due age, failing; recent throughput and
+        errors; live workers.  JSON-ready."""
+        self.check()
+        now = self.clock.now()
+        counts = self.store.state_counts(now)
+        stats = {s["model"]: s for s in self.store.recent_stats(now - RECENT)}
+        models = []
+        for tracked in self.store.tracked:
+            graph = tracked.graph
+            states = [
+                {**_state_row(c, now), "role": _role(graph.states.get(c["state"]))}
+                for c in counts if c["model"] == tracked.name
+            ]
+            models.append({
+                "model": tracked.name, "graph": graph.__name__, "states": states,
+                "recent": stats.get(tracked.name, {}),
+            })
+        workers = [
+            {**w, "alive": now - w["last_seen"] <= LIVE_AFTER} for w in self.store.workers()
+        ]
+        return {
+            "database": self.url,
+            "now": now.isoformat(),
+            "models": models,
+            "workers": [_jsonable(w) for w in workers],
+            "errors": [_jsonable(e) for e in self.store.recent_errors()],
+        }
+
+
+def _state_row(c: dict[str, Any], now: datetime) -> dict[str, Any]:
+    oldest: datetime | None = c["oldest_due"]
+    return {
+        "state": c["state"], "rows": c["rows"], "due": c["due"], "failing": c["failing"],
+        "oldest_due_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
+        "known": c["known"],
+    }
+
+
+def _role(state: State | None) -> str:
+    if state is None:
+        return "unknown"
+    graph = state.graph
+    exhausted = any(s.exhausted_to is state for s in graph.states.values())
+    if exhausted:
+        return "exhausted"
+    if state is graph.initial_state:
+        return "initial"
+    if state.terminal:
+        return "terminal"
+    if state.externally_progressed:
+        return "external"
+    return "automatic"
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def _create_engine(url: str, concurrency: int) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(
+            f"not a database URL: {url!r} (try sqlite:///file.db or "
+            "postgresql+psycopg://user@host/dbname)"
+        ) from exc
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ConfigError(f"Stator supports sqlite:// and postgresql:// URLs, not {url!r}")
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        return create_engine(
+            parsed, pool_size=concurrency + 4, max_overflow=concurrency + 4,
+            pool_pre_ping=True,
+        )
+    except (NoSuchModuleError, ImportError) as exc:
+        raise ConfigError(
+            f"cannot use {url!r}: {exc}; for PostgreSQL install stator-engine[postgresql]"
+        ) from exc

@@ -1,0 +1,88 @@
+"""Column types and server defaults that behave the same on SQLite and PostgreSQL.
+
+Timestamps are always timezone-aware UTC in Python.  PostgreSQL stores them as
+``timestamptz``; SQLite as fixed-width ``YYYY-MM-DD HH:MM:SS.ffffff`` text, which sorts in
+time order and compares correctly with what SQLite's own ``strftime`` writes for rows
+inserted by raw SQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, String
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ColumnElement
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def to_sqlite_text(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
+    return value.astimezone(UTC).strftime(SQLITE_FORMAT)
+
+
+def from_sqlite_text(value: str) -> datetime:
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(26))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime, got {value!r}")
+        if dialect.name == "sqlite":
+            return to_sqlite_text(value)
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return from_sqlite_text(value)
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        raise TypeError(f"unexpected timestamp value {value!r}")
+
+
+class utc_now_plus(ColumnElement[datetime]):  # noqa: N801 - reads like the SQL function it is
+    """The database's current time plus a fixed number of seconds, for server defaults, so
+    rows inserted by raw SQL that names no Stator column are still scheduled correctly."""
+
+    inherit_cache = True
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = float(seconds)
+
+
+@compiles(utc_now_plus, "sqlite")
+def _sqlite_now(element: utc_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    # strftime's %f gives milliseconds, which sorts correctly against our microsecond text.
+    if element.seconds:
+        return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', '+{element.seconds:g} seconds'))"
+    return "(strftime('%Y-%m-%d %H:%M:%f', 'now'))"
+
+
+@compiles(utc_now_plus)
+def _default_now(element: utc_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    if element.seconds:
+        return f"(CURRENT_TIMESTAMP + interval '{element.seconds:g} seconds')"
+    return "CURRENT_TIMESTAMP"
