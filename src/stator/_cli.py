@@ -214,7 +214,8 @@ def status(app: str, db: str | None, as_json: bool) -> None:
 def _print_status(report: dict[str, Any]) -> None:
     table = Table(title=f"Stator status — {report['database']}", title_justify="left")
     for column in ("model", "state", "role", "rows", "due", "oldest due", "failing"):
-        table.add_column(column, justify="right" if column in ("rows", "due", "failing") else "left")
+        numeric = column in ("rows", "due", "failing")
+        table.add_column(column, justify="right" if numeric else "left")
     for model in report["models"]:
         for s in model["states"] or [{"state": "(empty)", "role": "", "rows": 0, "due": 0,
                                       "oldest_due_seconds": None, "failing": 0}]:
@@ -284,3 +285,26 @@ def _split(values: tuple[str, ...]) -> list[str]:
 def _setup_logging(level: str) -> None:
     handler = RichHandler(console=err, show_path=False, rich_tracebacks=False)
     logging.basicConfig(level=level.upper(), format="%(message)s", handlers=[handler])
+
+
+@main.command()
+@click.option("--db", metavar="URL", help="PostgreSQL server to measure (a throwaway schema is "
+              "used); default: a throwaway SQLite file.")
+@click.option("--rows", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario.")
+def bench(db: str | None, rows: int, concurrency: int, batch_size: int, as_json: bool) -> None:
+    """Measure transitions per second of one worker process with no-op handlers."""
+    from ._bench import throughput
+
+    with user_errors():
+        result = throughput(db, rows, concurrency, batch_size)
+    if as_json:
+        click.echo(json.dumps(result.as_dict()))
+        return
+    table = Table(title="stator bench")
+    for key in result.as_dict():
+        table.add_column(key.replace("_", " "))
+    table.add_row(*(str(v) for v in result.as_dict().values()))
+    out.print(table)

@@ -88,6 +88,7 @@ class State:
         self.exhausted_to: State | None = None
         self.handler: Handler | None = None
         self.handler_is_async = False
+        self._name_problem: str | None = None
 
     # -- declaring edges (called in the class body, before names are known) ---------------
 
@@ -116,11 +117,14 @@ class State:
     # -- naming ------------------------------------------------------------------------------
 
     def __set_name__(self, owner: type, name: str) -> None:
+        # Not raised here: Python 3.11 wraps exceptions from __set_name__ in RuntimeError.
+        # StateGraph.__init_subclass__ raises it as a GraphError.
         if hasattr(self, "name"):
-            raise GraphError(
+            self._name_problem = (
                 f"{owner.__name__}.{name}: this State object is already named "
                 f"{self.name!r}; give each state its own State()"
             )
+            return
         self.name = name
 
     # -- derived facts -------------------------------------------------------------------------
@@ -181,6 +185,9 @@ class StateGraph:
         states = {name: v for name, v in vars(cls).items() if isinstance(v, State)}
         if not states:
             raise GraphError(f"{cls.__name__}: a state graph needs at least one State")
+        for state in states.values():
+            if state._name_problem:
+                raise GraphError(state._name_problem)
         for state in states.values():
             state.graph = cls
         _link_edges(cls, states)
@@ -324,7 +331,10 @@ def _state_problems(state: State) -> Iterator[str]:
         )
     yield from _timing_problems(state)
     if state.max_attempts is not None and state.exhausted_to is None:
-        yield f"max_attempts is set: declare where exhausted rows go with {state.name}.fails_to(...)"
+        yield (
+            f"max_attempts is set: declare where exhausted rows go with "
+            f"{state.name}.fails_to(...)"
+        )
     if state.exhausted_to is not None and state.max_attempts is None:
         yield "fails_to(...) needs State(max_attempts=N)"
     if state.max_attempts is not None and not state.automatic:

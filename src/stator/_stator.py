@@ -286,7 +286,6 @@ def _create_engine(url: str, concurrency: int) -> Engine:
     try:
         return create_engine(
             parsed, pool_size=concurrency + 4, max_overflow=concurrency + 4,
-            pool_pre_ping=True,
         )
     except (NoSuchModuleError, ImportError) as exc:
         raise ConfigError(

@@ -63,7 +63,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         raise TypeError(f"unexpected timestamp value {value!r}")
 
 
-class utc_now_plus(ColumnElement[datetime]):  # noqa: N801 - reads like the SQL function it is
+class utc_now_plus(ColumnElement[datetime]):
     """The database's current time plus a fixed number of seconds, for server defaults, so
     rows inserted by raw SQL that names no Stator column are still scheduled correctly."""
 

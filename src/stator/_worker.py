@@ -565,10 +565,7 @@ class Worker:
         failures = 0
         while not self._stop.is_set():
             try:
-                raw = self.store.engine.raw_connection()
-                raw.detach()
-                conn: Any = raw.driver_connection
-                conn.autocommit = True
+                conn = _listen_connection(self.store.engine)
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 failures = 0
                 self.wake()  # anything committed while we were not listening
@@ -601,6 +598,14 @@ class Worker:
                 last = version
         finally:
             conn.close()
+
+
+def _listen_connection(engine: Any) -> Any:
+    """A connection of its own (outside the pool) for LISTEN, in autocommit mode."""
+    import psycopg
+
+    args, kwargs = engine.dialect.create_connect_args(engine.url)
+    return psycopg.connect(*args, **kwargs, autocommit=True)
 
 
 def _short(exc: BaseException) -> str:

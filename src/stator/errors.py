@@ -40,7 +40,7 @@ class ConfigError(StatorError):
     """User input (a URL, an APP path, an option) cannot be used."""
 
 
-class TryAgainLater(Exception):  # noqa: N818 - a signal, not an error
+class TryAgainLater(Exception):
     """Raised by a handler to stay in the current state without penalty.
 
     ``delay`` overrides the state's ``retry_after`` for this one time, in seconds.

@@ -8,7 +8,7 @@ graph's initial state and is due at once, or after that state's ``start_after``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import ColumnElement, Index, Integer, String, inspect, text
@@ -16,11 +16,13 @@ from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column
 
 from ._clock import Clock, SystemClock
 from ._graph import State, StateGraph
+from ._policy import first_due
 from ._types import UTCDateTime, utc_now_plus
 from .errors import ConfigError, GraphError
 
 STATOR_COLUMNS = ("state", "state_changed", "state_next", "state_attempts")
 CLAIM_INDEX_WHERE = "state_next IS NOT NULL"
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class StatorMixin:
@@ -46,7 +48,9 @@ class StatorMixin:
     @declared_attr
     def state_next(cls) -> Mapped[datetime | None]:
         initial = _graph_of(cls).initial_state
-        default = utc_now_plus(initial.start_after) if initial.automatic else None
+        # When a new row first needs the engine: its handler, or a deletion or timeout.
+        due = first_due(initial, _EPOCH)
+        default = None if due is None else utc_now_plus((due - _EPOCH).total_seconds())
         return mapped_column(UTCDateTime(), nullable=True, server_default=default)
 
     @declared_attr

@@ -105,7 +105,8 @@ class Store:
             "state_attempts": "0",
         }[name]
         null = "NULL" if column.nullable else "NOT NULL"
-        return f"ALTER TABLE {tracked.table.name} ADD COLUMN {name} {sqltype} {null} DEFAULT {default}"
+        table = tracked.table.name
+        return f"ALTER TABLE {table} ADD COLUMN {name} {sqltype} {null} DEFAULT {default}"
 
     def _install_notify(self, conn: Connection, tracked: TrackedModel) -> list[str]:
         if self.dialect.name != "postgresql":
@@ -194,7 +195,9 @@ class Store:
         with self.engine.connect().execution_options(**WRITE) as own, own.begin():
             return self._write(own, tracked, writes)
 
-    def write_all(self, groups: Sequence[tuple[TrackedModel, Sequence[Write]]]) -> dict[str, set[Any]]:
+    def write_all(
+        self, groups: Sequence[tuple[TrackedModel, Sequence[Write]]]
+    ) -> dict[str, set[Any]]:
         """Apply every model's writes in one transaction; lost primary keys per model."""
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
             return {t.name: self._write(conn, t, writes) for t, writes in groups if writes}

@@ -45,7 +45,7 @@ class TrackedModel:
 
     @classmethod
     def build(cls, model: type, dialect: SqlDialect, sa_dialect: Dialect) -> TrackedModel:
-        mapper = inspect(model)
+        mapper: Any = inspect(model)
         table = mapper.local_table
         if not isinstance(table, Table):
             raise ConfigError(f"{model.__name__}: Stator needs a model mapped to one table")
@@ -87,7 +87,10 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
     history = ""
     if t.history_type is not None:
         append = d.history_append(table, t.history_type)
-        history = f", state_history = CASE WHEN v.moved THEN {append} ELSE {table}.state_history END"
+        history = (
+            f", state_history = CASE WHEN v.moved THEN {append} "
+            f"ELSE {table}.state_history END"
+        )
     sql["write"] = (
         f"UPDATE {table} SET state = v.state, state_changed = v.changed, "
         f"state_next = v.next, state_attempts = v.attempts{history} "

@@ -70,7 +70,7 @@ def _move(
 ) -> int:
     table = inspect(model).local_table
     bind = session.get_bind()
-    dialect = dialect_for(bind.engine if hasattr(bind, "engine") else bind)
+    dialect = dialect_for(bind.dialect.name)
     values: dict[str, Any] = {
         "state": target.name, "state_changed": now,
         "state_next": first_due(target, now), "state_attempts": 0,
@@ -95,7 +95,7 @@ def _move(
 def _wake_on_commit(session: Session, table: str, notify: str | None) -> None:
     if notify:
         session.execute(text(notify), {"table": table})
-    key = _wake.key_for(session.get_bind().engine.url)  # type: ignore[union-attr]
+    key = _wake.key_for(session.get_bind().engine.url)
     if not session.info.get("stator_wake"):
         session.info["stator_wake"] = True
 
