@@ -263,7 +263,7 @@ def graph(app: str, db: str | None, fmt: str) -> None:
 @main.command()
 @click.option("--path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("stator-demo.db"), show_default=True,
-              help="SQLite file to create (replaced if it exists).")
+              help="SQLite file to use (the demo's own tables in it are replaced).")
 @click.option("--posts", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--followers", type=click.IntRange(min=1), default=25, show_default=True)
 @click.option("--failure-rate", type=click.FloatRange(0, 0.95), default=0.3, show_default=True,

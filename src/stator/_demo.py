@@ -179,7 +179,7 @@ class FlakyRemote:
             server = follower.rsplit("@", 1)[-1]
             raise RemoteError(f"{server} answered 503 Service Unavailable")
         if outcome == "throttle":
-            raise TryAgainLater(THROTTLE_DELAY)  # no attempt used up: the server asked us to
+            raise TryAgainLater(THROTTLE_DELAY)  # not a failure: no backoff, streak starts over
 
     def _draw(self) -> tuple[float, str]:
         with self._lock:
@@ -253,6 +253,9 @@ class _Run:
     error: BaseException | None = None
     began: float = field(default_factory=time.monotonic)
     ended: float | None = None
+    # Waited on instead of Thread.join: on Python 3.11 a join interrupted by Ctrl-C marks
+    # the thread finished while it still runs, so the next join would return at once.
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 def run_demo(
@@ -313,26 +316,26 @@ def _run_worker(
     interrupted = False
     thread.start()
     try:
-        _watch(stator, remote, run, thread, title, console)
+        _watch(stator, remote, run, title, console)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]Interrupted: letting running handlers finish...[/]")
         worker.stop("interrupted")
-        thread.join()
+        run.done.wait()
+    thread.join()
     if run.error is not None:
         raise run.error
     return run, interrupted
 
 
 def _watch(
-    stator: Stator, remote: FlakyRemote, run: _Run, thread: threading.Thread, title: str,
-    console: Console,
+    stator: Stator, remote: FlakyRemote, run: _Run, title: str, console: Console
 ) -> None:
     try:
         with Live(console=console, refresh_per_second=REFRESH_PER_SECOND) as live:
-            while thread.is_alive():
+            while not run.done.is_set():
                 live.update(_progress(stator, remote, run, title))
-                thread.join(1 / REFRESH_PER_SECOND)
+                run.done.wait(1 / REFRESH_PER_SECOND)
             live.update(_progress(stator, remote, run, title))
     finally:
         if not console.is_terminal:
@@ -346,6 +349,7 @@ def _work(worker: Worker, run: _Run) -> None:
         run.error = exc
     finally:
         run.ended = time.monotonic()
+        run.done.set()
 
 
 # -- showing it ----------------------------------------------------------------------------
@@ -441,13 +445,13 @@ def _summary_rows(s: DemoSummary) -> Sequence[tuple[str, str]]:
         ("posts fanned out and settled", f"{s.posts_done} / {s.posts}"),
         ("inbox rows", f"{s.inbox_rows} ({s.posts} x {s.followers} expected)"),
         ("delivered", str(s.delivered)),
-        (f"undeliverable (gave up after {MAX_ATTEMPTS} failures)", str(s.undeliverable)),
+        (f"undeliverable ({MAX_ATTEMPTS} failures in a row)", str(s.undeliverable)),
     ]
     if s.pending:
         rows.append(("still pending", str(s.pending)))
     rows += [
         ("failed attempts (retried with backoff)", str(s.failed_attempts)),
-        ("throttled (TryAgainLater, no attempt used)", str(s.throttled)),
+        ("throttled (TryAgainLater, no penalty)", str(s.throttled)),
         ("calls to the remote", str(s.remote_calls)),
         ("elapsed", f"{s.seconds:.1f}s"),
         ("transitions", f"{s.transitions} ({s.transitions_per_second:.0f}/s)"),

@@ -152,6 +152,7 @@ def to_dot(graphs: Sequence[type[StateGraph]]) -> str:
     lines = [
         "digraph stator {",
         "  rankdir=LR;",
+        '  graph [fontname="Helvetica"];',
         '  node [shape=box, style=rounded, fontname="Helvetica", fontsize=11];',
         '  edge [fontname="Helvetica", fontsize=10];',
     ]

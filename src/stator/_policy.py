@@ -131,7 +131,9 @@ def after_run(graph: type[StateGraph], row: Claimed, outcome: Outcome, now: date
         return move(row, outcome.target, now)
     if isinstance(outcome, Stayed):
         delay = state.retry_after if outcome.delay is None else outcome.delay
-        return _stay(state, row, now + timedelta(seconds=delay), attempts=0)
+        # "Not yet" is neither progress nor failure: the failure count is kept, so a handler
+        # alternating failures and "not yet" still reaches max_attempts.
+        return _stay(state, row, now + timedelta(seconds=delay), attempts=row.attempts)
     failures = row.attempts + 1
     if state.max_attempts is not None and failures >= state.max_attempts:
         assert state.exhausted_to is not None  # guaranteed by graph validation

@@ -123,8 +123,8 @@ class Stator:
                         report.errors += 1
                         if first_error is None:
                             first_error = task.error or TransitionError(failure.message)
-                elif task.committed:
-                    report.transitions += 1
+                elif task.committed is not None:
+                    report.transitions += task.committed.moved
             groups.append((tracked, writes))
         lost = self.store.write_all(groups)
         report.lost += sum(len(v) for v in lost.values())

@@ -24,7 +24,10 @@ SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 def to_sqlite_text(value: datetime) -> str:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
-    return value.astimezone(UTC).strftime(SQLITE_FORMAT)
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    # isoformat is several times faster than strftime, and on the hot path.
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def from_sqlite_text(value: str) -> datetime:
@@ -73,16 +76,22 @@ class utc_now_plus(ColumnElement[datetime]):
         self.seconds = float(seconds)
 
 
+def _seconds(element: utc_now_plus) -> str:
+    # Plain decimal: ":g" rounds to 6 digits and writes 2592000 as "2.592e+06", which
+    # PostgreSQL's interval syntax rejects.
+    return f"{element.seconds:.6f}"
+
+
 @compiles(utc_now_plus, "sqlite")
 def _sqlite_now(element: utc_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     # strftime's %f gives milliseconds, which sorts correctly against our microsecond text.
     if element.seconds:
-        return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', '+{element.seconds:g} seconds'))"
+        return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', '+{_seconds(element)} seconds'))"
     return "(strftime('%Y-%m-%d %H:%M:%f', 'now'))"
 
 
 @compiles(utc_now_plus)
 def _default_now(element: utc_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     if element.seconds:
-        return f"(CURRENT_TIMESTAMP + interval '{element.seconds:g} seconds')"
+        return f"(CURRENT_TIMESTAMP + interval '{_seconds(element)} seconds')"
     return "CURRENT_TIMESTAMP"

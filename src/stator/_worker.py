@@ -168,6 +168,7 @@ class Worker:
             self._kick.clear()
             self._collect()
             self._enforce_deadlines()
+            self._housekeeping()
             if self._pending and self._flush_due():
                 self._guarded(self._flush)
             if self._stop.is_set():
@@ -188,7 +189,6 @@ class Worker:
                 if self.options.until_idle and self._quiet() and self._guarded(self._idle):
                     self.stop("idle")
                     continue
-            self._housekeeping()
             self._kick.wait(self._sleep_time())
 
     def _guarded(self, action: Callable[[], bool | None]) -> bool:
@@ -251,7 +251,8 @@ class Worker:
         self.board.hand_out()
         handler_state = task.tracked.graph.states[task.claimed.state]
         if handler_state.handler_is_async and self._loop is not None:
-            self._async_inflight += 1
+            with self._queued_lock:
+                self._async_inflight += 1
             asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
         else:
             with self._queued_lock:
@@ -316,6 +317,7 @@ class Worker:
             raise
 
     def _run_one(self, task: Task) -> None:
+        task.thread = threading.current_thread().name
         started = time.monotonic()
         task.started = started
         task.deadline = started + task.timeout
@@ -367,10 +369,11 @@ class Worker:
                 self._avg_duration = 0.9 * self._avg_duration + 0.1 * (time.monotonic() - started)
         except Exception:
             log.exception("async handler wrapper failed", extra={"action": "async_failed"})
-            if task.write is None and not task.committed:
+            if task.write is None and task.committed is None:
                 task.write = _policy.release(task.claimed, self.clock.now())
         finally:
-            self._async_inflight -= 1
+            with self._queued_lock:
+                self._async_inflight -= 1
             self._finish(task)
 
     # -- results, deadlines, writes --------------------------------------------------------
@@ -382,9 +385,10 @@ class Worker:
             write = task.write
             if task.lost:
                 counters.lost += 1
-            elif task.committed:
+            elif task.committed is not None:
                 counters.processed += 1
-                counters.transitions += 1  # a committed slow path always moved or stayed
+                counters.transitions += task.committed.moved
+                self._maybe_due = True  # it may have added or moved rows that are due now
             if write is not None:
                 self._pending.setdefault(task.tracked.name, []).append(write)
                 if self._pending_since is None:
@@ -404,6 +408,7 @@ class Worker:
                     extra={"action": "deadline"},
                 )
                 task.write = self.executor.timed_out(task)
+                self._threads.pop(task.thread, None)  # it exits by itself if it ever returns
                 self._finished.append(task)
                 self.board.take_back()
                 self._replaced += 1
@@ -495,7 +500,10 @@ class Worker:
         elif self._next_due is not None and not self._maybe_due:
             wait = (self._next_due - self.clock.now()).total_seconds()
             if wait <= 0:
+                # Due but not claimable just now (another worker is mid-claim): look again
+                # shortly rather than spinning.
                 self._maybe_due = True
+                wait = 0.01
             waits.append(wait)
         if self.options.until_idle and self._quiet():
             waits.append(self.options.idle_window / 4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,6 +37,7 @@ from ._tracked import TrackedModel, row_key
 
 WRITE = {BEGIN_OPTION: "immediate"}
 READ = {BEGIN_OPTION: "deferred"}
+NOTIFY_EVERY = 0.1  # seconds
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
 
 
@@ -58,6 +60,7 @@ class Store:
         self.tracked = [TrackedModel.build(m, self.dialect, engine.dialect) for m in models]
         self.by_model = {t.model: t for t in self.tracked}
         self._datetime = UTCDateTime()
+        self._notified: dict[str, float] = {}
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -83,6 +86,10 @@ class Store:
         for name in STATOR_COLUMNS:
             if name not in existing:
                 conn.execute(text(self._add_column_sql(tracked, name, conn)))
+                if self.dialect.name == "postgresql":
+                    # That constant default only fills the existing rows; later inserts need
+                    # the model's own (the database's now, not the migration's).
+                    conn.execute(text(self._restore_default_sql(tracked, name, conn)))
                 done.append(f"added column {table.name}.{name}")
         indexes = {ix["name"] for ix in insp.get_indexes(table.name)}
         for index in table.indexes:
@@ -107,6 +114,13 @@ class Store:
         null = "NULL" if column.nullable else "NOT NULL"
         table = tracked.table.name
         return f"ALTER TABLE {table} ADD COLUMN {name} {sqltype} {null} DEFAULT {default}"
+
+    def _restore_default_sql(self, tracked: TrackedModel, name: str, conn: Connection) -> str:
+        column = tracked.table.c[name]
+        ddl = conn.dialect.ddl_compiler(conn.dialect, None)
+        default = ddl.get_column_default_string(column)
+        action = "DROP DEFAULT" if default is None else f"SET DEFAULT {default}"
+        return f"ALTER TABLE {tracked.table.name} ALTER COLUMN {name} {action}"
 
     def _install_notify(self, conn: Connection, tracked: TrackedModel) -> list[str]:
         if self.dialect.name != "postgresql":
@@ -217,10 +231,20 @@ class Store:
         failures = [w for w in writes if w.failure is not None and w.pk in applied]
         if failures:
             self._record_errors(conn, tracked, failures)
-        notify = self.dialect.notify_sql()
-        if notify and any(w.moved for w in updates):
-            conn.execute(text(notify), {"table": tracked.table.name})
+        if any(w.moved for w in updates):
+            self._notify_moves(conn, tracked)
         return {w.pk for w in writes} - applied
+
+    def _notify_moves(self, conn: Connection, tracked: TrackedModel) -> None:
+        """Tell idle workers elsewhere that rows moved (and may be due).  At most one NOTIFY
+        per model per NOTIFY_EVERY: a busy worker picks its own moved rows up anyway, so a
+        notification per batch would cost a round trip per batch for nothing."""
+        notify = self.dialect.notify_sql()
+        now = time.monotonic()
+        if notify is None or now - self._notified.get(tracked.name, -NOTIFY_EVERY) < NOTIFY_EVERY:
+            return
+        self._notified[tracked.name] = now
+        conn.execute(text(notify), {"table": tracked.table.name})
 
     def _payload(self, w: Write) -> dict[str, Any]:
         ts = self.dialect.ts_json
