@@ -117,7 +117,6 @@ class Stator:
                 report.lost += task.lost
                 if task.write is not None:
                     writes.append(task.write)
-                    report.transitions += task.write.moved
                     failure = task.write.failure
                     if failure is not None:
                         report.errors += 1
@@ -128,6 +127,9 @@ class Stator:
             groups.append((tracked, writes))
         lost = self.store.write_all(groups)
         report.lost += sum(len(v) for v in lost.values())
+        for tracked, writes in groups:  # like the worker, count only the moves written
+            refused = lost.get(tracked.name, set())
+            report.transitions += sum(w.moved and w.pk not in refused for w in writes)
         if first_error is not None:
             raise first_error
         return report

@@ -45,6 +45,9 @@ MAX_SLEEP = 30.0
 MAX_DB_BACKOFF = 30.0
 
 
+WriteBatch = list[tuple[TrackedModel, list[Write]]]
+
+
 @dataclass
 class WorkerOptions:
     concurrency: int = 4
@@ -110,6 +113,9 @@ class Worker:
         self._finished: deque[Task] = deque()
         self._pending: dict[str, list[Write]] = {}
         self._pending_since: float | None = None
+        self._to_write: queue.SimpleQueue[WriteBatch | None] = queue.SimpleQueue()
+        self._written: deque[tuple[WriteBatch, dict[str, set[Any]]]] = deque()
+        self._writes_in_flight = 0  # batches handed to the writer thread, not yet reported
         self._maybe_due = True
         self._next_due: datetime | None = None
         self._rr = 0
@@ -168,15 +174,16 @@ class Worker:
             self._kick.clear()
             self._collect()
             self._enforce_deadlines()
+            self._collect_written()
             self._housekeeping()
             if self._pending and self._flush_due():
-                self._guarded(self._flush)
+                self._flush()
             if self._stop.is_set():
                 self._hand_back_unstarted()
                 if not self._in_flight():
                     self._collect()
-                    self._guarded(self._flush)
-                    if not self._pending:
+                    self._flush()
+                    if not self._pending and not self._writes_in_flight:
                         return
             else:
                 if self.options.run_for is not None and (
@@ -265,6 +272,9 @@ class Worker:
     # -- handler threads -------------------------------------------------------------------
 
     def _start_threads(self) -> None:
+        writer = threading.Thread(target=self._writer_main, name="stator-writer", daemon=True)
+        writer.start()
+        self._writer = writer
         for _ in range(self.options.concurrency):
             self._spawn_thread()
         if any(s.handler_is_async for t in self.tracked for s in t.graph.states.values()):
@@ -427,6 +437,8 @@ class Worker:
         if self._stop.is_set() or self._pending_since is None:
             return True
         count = sum(len(w) for w in self._pending.values())
+        if self._writes_in_flight and count < self.options.batch_size:
+            return False  # the writer is busy: let results gather into a bigger batch
         idle = self._queued == 0 and not self._in_flight()
         return (
             count >= self.options.batch_size
@@ -434,11 +446,55 @@ class Worker:
             or time.monotonic() - self._pending_since >= FLUSH_DELAY
         )
 
-    def _flush(self) -> bool:
+    def _flush(self) -> None:
+        """Hand the gathered results to the writer thread, so the coordinator can claim the
+        next batch while this one is written (the two overlap on separate connections)."""
         if not self._pending:
-            return False
+            return
         groups = [(self._by_name[name], writes) for name, writes in self._pending.items()]
-        lost = self.store.write_all(groups)
+        self._pending = {}
+        self._pending_since = None
+        self._writes_in_flight += 1
+        self._to_write.put(groups)
+
+    def _writer_main(self) -> None:
+        failures = 0
+        pause = threading.Event()
+        while True:
+            groups = self._to_write.get()
+            if groups is None:
+                return
+            while True:
+                try:
+                    lost = self.store.write_all(groups)
+                except DBAPIError as exc:
+                    transient = isinstance(exc, (OperationalError, InterfaceError))
+                    if not (transient or exc.connection_invalidated):
+                        log.exception("writing results failed; the rows run again after their "
+                                      "lease", extra={"action": "write_failed"})
+                        lost = {t.name: {w.pk for w in ws} for t, ws in groups}
+                        break
+                    failures += 1
+                    if failures == 1:
+                        log.warning("database unavailable while writing results, retrying: %s",
+                                    _short(exc), extra={"action": "db_retry"})
+                    pause.wait(min(0.25 * 2 ** min(failures, 8), MAX_DB_BACKOFF))
+                    continue
+                if failures:
+                    log.info("results written after %d failed attempt(s)", failures,
+                             extra={"action": "db_recovered"})
+                    failures = 0
+                break
+            self._written.append((groups, lost))
+            self._kick.set()
+
+    def _collect_written(self) -> None:
+        while self._written:
+            groups, lost = self._written.popleft()
+            self._writes_in_flight -= 1
+            self._count_written(groups, lost)
+
+    def _count_written(self, groups: WriteBatch, lost: dict[str, set[Any]]) -> None:
         moved_any = False
         for tracked, writes in groups:
             counters = self._period[tracked.name]
@@ -455,11 +511,8 @@ class Worker:
                         counters.timeouts += 1
                     else:
                         counters.errors += 1
-        self._pending.clear()
-        self._pending_since = None
         if moved_any:
             self._maybe_due = True
-        return True
 
     def _hand_back_unstarted(self) -> None:
         while True:
@@ -478,7 +531,10 @@ class Worker:
         return self.board.outstanding() > 0
 
     def _quiet(self) -> bool:
-        return not self._in_flight() and not self._pending and not self._finished
+        return (
+            not self._in_flight() and not self._pending and not self._finished
+            and not self._writes_in_flight
+        )
 
     def _idle(self) -> bool:
         """True when nothing is due within the idle window (checked fresh)."""
@@ -553,6 +609,8 @@ class Worker:
             self.store.forget_worker(self.id)
 
     def _stop_threads(self) -> None:
+        self._to_write.put(None)
+        self._writer.join(timeout=5.0)
         for _ in self._threads:
             self._queue.put(None)
         for thread in list(self._threads.values()):

@@ -26,6 +26,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.schema import CreateTable
 
 from .._policy import Claimed, Write
 from .._types import UTCDateTime
@@ -117,7 +118,7 @@ class Store:
 
     def _restore_default_sql(self, tracked: TrackedModel, name: str, conn: Connection) -> str:
         column = tracked.table.c[name]
-        ddl = conn.dialect.ddl_compiler(conn.dialect, None)
+        ddl = conn.dialect.ddl_compiler(conn.dialect, CreateTable(tracked.table))
         default = ddl.get_column_default_string(column)
         action = "DROP DEFAULT" if default is None else f"SET DEFAULT {default}"
         return f"ALTER TABLE {tracked.table.name} ALTER COLUMN {name} {action}"
