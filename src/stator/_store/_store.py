@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import CreateTable
 
-from .._policy import Claimed, Write
+from .._policy import Claimed, Write, first_due
 from .._types import UTCDateTime
 from ..errors import SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
@@ -39,6 +39,7 @@ from ._tracked import TrackedModel, row_key
 WRITE = {BEGIN_OPTION: "immediate"}
 READ = {BEGIN_OPTION: "deferred"}
 NOTIFY_EVERY = 0.1  # seconds
+SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
 
 
@@ -84,14 +85,17 @@ class Store:
             return [f"created table {table.name}", *self._install_notify(conn, tracked)]
         done = []
         existing = {c["name"] for c in insp.get_columns(table.name)}
-        for name in STATOR_COLUMNS:
-            if name not in existing:
-                conn.execute(text(self._add_column_sql(tracked, name, conn)))
-                if self.dialect.name == "postgresql":
-                    # That constant default only fills the existing rows; later inserts need
-                    # the model's own (the database's now, not the migration's).
-                    conn.execute(text(self._restore_default_sql(tracked, name, conn)))
-                done.append(f"added column {table.name}.{name}")
+        added = [name for name in STATOR_COLUMNS if name not in existing]
+        now = datetime.now(UTC)  # existing rows are treated as inserted now
+        for name in added:
+            conn.execute(text(self._add_column_sql(tracked, name, conn, now)))
+            if self.dialect.name == "postgresql":
+                # That constant default only fills the existing rows; later inserts need
+                # the model's own (the database's now, not the migration's).
+                conn.execute(text(self._restore_default_sql(tracked, name, conn)))
+            done.append(f"added column {table.name}.{name}")
+        if self.dialect.name == "sqlite" and {"state_changed", "state_next"} & set(added):
+            done.extend(self._sqlite_time_defaults(conn, tracked))
         indexes = {ix["name"] for ix in insp.get_indexes(table.name)}
         for index in table.indexes:
             if index.name not in indexes and all(c.name in STATOR_COLUMNS for c in index.columns):
@@ -99,22 +103,53 @@ class Store:
                 done.append(f"created index {index.name}")
         return done + self._install_notify(conn, tracked)
 
-    def _add_column_sql(self, tracked: TrackedModel, name: str, conn: Connection) -> str:
+    def _add_column_sql(
+        self, tracked: TrackedModel, name: str, conn: Connection, now: datetime
+    ) -> str:
         column = tracked.table.c[name]
         sqltype = column.type.compile(conn.dialect)
         initial = tracked.graph.initial_state
-        now = self.dialect.ts_json(datetime.now().astimezone())
-        # Existing rows enter the initial state now and are due at once.  SQLite only
-        # accepts constant defaults when adding a column.
+        due = first_due(initial, now)
+        # Existing rows enter the initial state now, as if inserted now.  SQLite only
+        # accepts constant defaults when adding a column: there the constant is a sentinel
+        # that an insert trigger replaces with the insert's own time (_sqlite_time_defaults).
+        changed: str | None = SQLITE_ADDED_SENTINEL
+        scheduled: str | None = SQLITE_ADDED_SENTINEL
+        if self.dialect.name != "sqlite":
+            changed, scheduled = self.dialect.ts_json(now), self.dialect.ts_json(due)
         default = {
             "state": f"'{initial.name}'",
-            "state_changed": f"'{now}'",
-            "state_next": f"'{now}'" if initial.scheduled else "NULL",
+            "state_changed": f"'{changed}'",
+            "state_next": "NULL" if due is None else f"'{scheduled}'",
             "state_attempts": "0",
         }[name]
         null = "NULL" if column.nullable else "NOT NULL"
         table = tracked.table.name
         return f"ALTER TABLE {table} ADD COLUMN {name} {sqltype} {null} DEFAULT {default}"
+
+    def _sqlite_time_defaults(self, conn: Connection, tracked: TrackedModel) -> list[str]:
+        """Give rows inserted later the model's time defaults, which SQLite cannot set on a
+        column it adds: existing rows get the migration's time, new rows their own."""
+        table, pk = tracked.table.name, tracked.pk
+        changed = _default_sql(tracked.table.c.state_changed, conn)
+        scheduled = _default_sql(tracked.table.c.state_next, conn)
+        sentinel = f"'{SQLITE_ADDED_SENTINEL}'"
+        conn.execute(text(
+            f"UPDATE {table} SET state_changed = {changed}, state_next = CASE WHEN "
+            f"state_next = {sentinel} THEN {scheduled} ELSE state_next END "
+            f"WHERE state_changed = {sentinel}"
+        ))
+        trigger = f"stator_defaults_{table}"
+        conn.execute(text(
+            f"CREATE TRIGGER IF NOT EXISTS {trigger} AFTER INSERT ON {table} FOR EACH ROW "
+            f"WHEN NEW.state_changed = {sentinel} OR NEW.state_next = {sentinel} BEGIN "
+            f"UPDATE {table} SET "
+            f"state_changed = CASE WHEN NEW.state_changed = {sentinel} THEN {changed} "
+            f"ELSE NEW.state_changed END, "
+            f"state_next = CASE WHEN NEW.state_next = {sentinel} THEN {scheduled} "
+            f"ELSE NEW.state_next END WHERE {pk} = NEW.{pk}; END"
+        ))
+        return [f"installed time-default trigger {trigger}"]
 
     def _restore_default_sql(self, tracked: TrackedModel, name: str, conn: Connection) -> str:
         column = tracked.table.c[name]
@@ -394,6 +429,13 @@ class Store:
         w = _schema.workers_table
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(select(w).order_by(w.c.started_at))]
+
+
+def _default_sql(column: Any, conn: Connection) -> str:
+    default = column.server_default
+    if default is None:
+        return "NULL"
+    return str(default.arg.compile(dialect=conn.dialect))
 
 
 def _claimed(obj: Any, tracked: TrackedModel) -> Claimed:
