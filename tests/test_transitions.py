@@ -126,3 +126,18 @@ def test_transition_many_rejects_a_foreign_model(orders, build_models):
     other = build_models(Orders, table="others").Order
     with pytest.raises(ConfigError, match="not one of this Stator's models"):
         stator.transition_many(other, "paid")
+
+
+def test_transition_perform_in_a_stale_read_transaction_is_a_conflict(orders, clock):
+    """The application read inside an open transaction, someone else committed meanwhile:
+    on either backend the caller learns it lost the race (never a silent overwrite)."""
+    stator, Order = orders
+    with Session(stator.engine) as mine:
+        stale = mine.get(Order, 1)  # the read transaction stays open
+        with Session(stator.engine) as theirs:
+            theirs.get(Order, 1).transition_perform("cancelled", clock=clock)
+            theirs.commit()
+        with pytest.raises(TransitionConflict):
+            stale.transition_perform("paid", clock=clock)
+        mine.rollback()
+    assert state_of(stator, Order, 1) == "cancelled"

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, event, inspect, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -86,7 +87,17 @@ def _move(
         update(table).where(table.c.state.in_(sources), *where).values(**values)
         .execution_options(synchronize_session=False)
     )
-    moved = session.execute(statement).rowcount  # type: ignore[attr-defined]
+    try:
+        moved = session.execute(statement).rowcount  # type: ignore[attr-defined]
+    except OperationalError as exc:
+        if dialect.name == "sqlite" and "locked" in str(exc.orig):
+            # SQLite cannot upgrade a read transaction whose snapshot is out of date: someone
+            # committed since this transaction first read, so it may have moved these rows.
+            raise TransitionConflict(
+                f"{table.name}: the database changed since this transaction began reading; "
+                "roll back and try the transition in a new transaction"
+            ) from exc
+        raise
     if moved:
         _wake_on_commit(session, table.name, dialect.notify_sql())
     return int(moved)
