@@ -40,7 +40,7 @@ FLUSH_DELAY = 0.02  # seconds a finished result may wait to share a write with o
 HEARTBEAT_EVERY = 5.0
 STATS_EVERY = 30.0
 KEEP_HISTORY = timedelta(days=1)
-SQLITE_POLL = 0.25  # seconds between cross-process change checks on SQLite
+SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
 MAX_SLEEP = 30.0
 MAX_DB_BACKOFF = 30.0
 
