@@ -90,11 +90,28 @@ def app_command(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group()
 @click.version_option(package_name="stator-engine")
-def main() -> None:
+def cli() -> None:
     """Durable state machines stored in your application's own database."""
 
 
-@main.command()
+def main(args: list[str] | None = None, prog_name: str = "stator") -> None:
+    """The console entry point: click's own usage errors get the same single ``error:``
+    line as every other user mistake."""
+    if not (sys.argv[1:] if args is None else args):
+        args = ["--help"]  # a bare `stator` shows what it can do
+    try:
+        code = cli.main(args=args, prog_name=prog_name, standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else prog_name
+        fail(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        fail("aborted", 1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+@cli.command()
 @app_command
 def migrate(app: str, db: str | None) -> None:
     """Create or upgrade Stator's tables and the models' Stator columns (idempotent)."""
@@ -107,7 +124,7 @@ def migrate(app: str, db: str | None) -> None:
               highlight=False)
 
 
-@main.command()
+@cli.command()
 @app_command
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="Handlers run at once (default: the Stator's setting, 4).")
@@ -198,7 +215,7 @@ def _run_with_signals(worker: Worker) -> RunSummary:
     return result[0]
 
 
-@main.command()
+@cli.command()
 @app_command
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(app: str, db: str | None, as_json: bool) -> None:
@@ -246,7 +263,7 @@ def _print_status(report: dict[str, Any]) -> None:
                       f"(attempt {e['attempt']}, {e['kind']}): {e['message']}", highlight=False)
 
 
-@main.command()
+@cli.command()
 @app_command
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid",
               show_default=True)
@@ -260,7 +277,7 @@ def graph(app: str, db: str | None, fmt: str) -> None:
     click.echo(to_mermaid(graphs) if fmt == "mermaid" else to_dot(graphs))
 
 
-@main.command()
+@cli.command()
 @click.option("--path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("stator-demo.db"), show_default=True,
               help="SQLite file to use (the demo's own tables in it are replaced).")
@@ -287,7 +304,7 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(message)s", handlers=[handler])
 
 
-@main.command()
+@cli.command()
 @click.option("--db", metavar="URL", help="PostgreSQL server to measure (a throwaway schema is "
               "used); default: a throwaway SQLite file.")
 @click.option("--rows", type=click.IntRange(min=1), default=20_000, show_default=True)

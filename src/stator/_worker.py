@@ -120,6 +120,7 @@ class Worker:
         self._next_due: datetime | None = None
         self._rr = 0
         self._avg_duration = 0.01
+        self._measured = 0  # handler runs timed so far (capped; only "enough yet?" matters)
         self._threads: dict[str, threading.Thread] = {}
         self._thread_seq = 0
         self._replaced = 0
@@ -226,6 +227,8 @@ class Worker:
         """How many unstarted rows to hold: enough to keep threads busy, few enough that they
         all start well within their lease (rows held too long would expire unstarted)."""
         conc = self.options.concurrency
+        if self._measured < conc:
+            return conc  # until handlers have been timed, claim no more than can start
         budget = min(s.timeout for t in self.tracked for s in t.graph.states.values())
         wanted = int(conc * budget / max(self._avg_duration, 1e-4))
         return max(conc, min(self.options.batch_size, wanted))
@@ -341,7 +344,12 @@ class Worker:
         finally:
             with self._running_lock:
                 self._running.discard(task)
-            self._avg_duration = 0.9 * self._avg_duration + 0.1 * (time.monotonic() - started)
+            self._note_duration(time.monotonic() - started)
+
+    def _note_duration(self, seconds: float) -> None:
+        self._avg_duration = 0.9 * self._avg_duration + 0.1 * seconds
+        if self._measured < self.options.concurrency:
+            self._measured += 1
 
     def _finish(self, task: Task) -> None:
         self._finished.append(task)
@@ -376,7 +384,7 @@ class Worker:
                     await self.executor.run_async(task)
                 else:
                     task.finish()
-                self._avg_duration = 0.9 * self._avg_duration + 0.1 * (time.monotonic() - started)
+                self._note_duration(time.monotonic() - started)
         except Exception:
             log.exception("async handler wrapper failed", extra={"action": "async_failed"})
             if task.write is None and task.committed is None:
