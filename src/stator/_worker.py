@@ -322,12 +322,12 @@ class Worker:
                 task = None
                 board.report(name, ThreadState.WAITING, notify=False)
         except BaseException:
+            # The thread ends here; the coordinator sees DIED and starts a replacement.
             log.exception("handler thread %s died", name, extra={"action": "thread_died"})
-            board.report(name, ThreadState.DIED)
             if task is not None and not task.abandoned:
                 self._finish(task)
+            board.report(name, ThreadState.DIED)
             self._kick.set()
-            raise
 
     def _run_one(self, task: Task) -> None:
         task.thread = threading.current_thread().name
