@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -20,15 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import func, insert, select
 
 from . import app_fixture
 
-PG_HOST = "127.0.0.1"
-PG_PORT = 5432
-PG_USER = "postgres"
 APP = "app_fixture:stator"
 # The console script without relying on PATH: the same interpreter as the tests.
 STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
@@ -38,46 +33,11 @@ jobs = app_fixture.Job.__table__
 ledger = app_fixture.Ledger.__table__
 
 
-def _admin_dsn(dbname: str) -> str:
-    return f"host={PG_HOST} port={PG_PORT} user={PG_USER} dbname={dbname} connect_timeout=5"
-
-
-@pytest.fixture(scope="session")
-def proc_pg_database() -> Iterator[str]:
-    """A throwaway database for this test session, dropped (WITH FORCE) at its end."""
-    name = f"stator_proc_{os.getpid()}_{secrets.token_hex(4)}"
-    try:
-        admin = psycopg.connect(_admin_dsn("postgres"), autocommit=True)
-    except psycopg.OperationalError as exc:
-        reason = f"PostgreSQL is not reachable at {PG_HOST}:{PG_PORT} as {PG_USER}: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield name
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def proc_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of an empty database: a new SQLite file or a new PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-        return
-    database: str = request.getfixturevalue("proc_pg_database")
-    schema = f"p_{secrets.token_hex(6)}"
-    with psycopg.connect(_admin_dsn(database), autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    yield (
-        f"postgresql+psycopg://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
-        f"?options=-csearch_path%3D{schema}"
-    )
-    with psycopg.connect(_admin_dsn(database), autocommit=True) as admin:
-        admin.execute("SET lock_timeout = '10s'")
-        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+@pytest.fixture
+def proc_db_url(backend: str) -> str:
+    """The URL of an empty database: the top-level ``backend`` fixture (a new SQLite file, or
+    a new schema in the session's throwaway PostgreSQL database)."""
+    return backend
 
 
 class Proc:
