@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,7 +240,3 @@ def _note_write(session: Session) -> None:
         raw = conn.connection.dbapi_connection
         if raw is not None and not raw.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def monotonic() -> float:
-    return time.monotonic()

@@ -18,19 +18,20 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from . import _policy, _wake
 from ._board import Board, ThreadState
 from ._clock import Clock
 from ._execute import Executor, Task
+from ._outage import Outage, is_transient
 from ._policy import Write
 from ._store import NOTIFY_CHANNEL, Store, TrackedModel
 
@@ -42,7 +43,7 @@ STATS_EVERY = 30.0
 KEEP_HISTORY = timedelta(days=1)
 SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
 MAX_SLEEP = 30.0
-MAX_DB_BACKOFF = 30.0
+COORDINATOR, WRITER = "stator-coordinator", "stator-writer"  # names on the board
 
 
 WriteBatch = list[tuple[TrackedModel, list[Write]]]
@@ -133,7 +134,7 @@ class Worker:
         self._started = clock.now()
         self._last_heartbeat = 0.0
         self._last_stats = time.monotonic()
-        self._db_failures = 0
+        self._outage = Outage("worker")
         self._by_name = {t.name: t for t in tracked}
 
     # -- public ----------------------------------------------------------------------------
@@ -192,33 +193,26 @@ class Worker:
                 ):
                     self.stop("run-for elapsed")
                     continue
-                if self._maybe_due and self._room() > 0 and self._guarded(self._claim):
-                    continue
+                if self._maybe_due and self._room() > 0:
+                    self.board.report(COORDINATOR, ThreadState.CLAIMING, notify=False)
+                    if self._guarded(self._claim):
+                        continue
                 if self.options.until_idle and self._quiet() and self._guarded(self._idle):
                     self.stop("idle")
                     continue
+            self.board.report(COORDINATOR, ThreadState.WAITING, notify=False)
             self._kick.wait(self._sleep_time())
 
     def _guarded(self, action: Callable[[], bool | None]) -> bool:
-        """Run a database step; a transient database error is logged once and retried later."""
+        """Run a database step; a transient database error is retried later, with backoff."""
         try:
             result = action()
-        except (OperationalError, InterfaceError) as exc:
-            self._db_failures += 1
-            if self._db_failures == 1:
-                log.warning("database unavailable, retrying with backoff: %s", _short(exc),
-                            extra={"action": "db_retry"})
-            self._kick.wait(min(0.25 * 2 ** min(self._db_failures, 8), MAX_DB_BACKOFF))
-            return False
         except DBAPIError as exc:
-            if exc.connection_invalidated:
-                self._db_failures += 1
-                return False
-            raise
-        if self._db_failures:
-            log.info("database reachable again after %d failed attempt(s)", self._db_failures,
-                     extra={"action": "db_recovered"})
-            self._db_failures = 0
+            if not is_transient(exc):
+                raise
+            self._kick.wait(self._outage.failed(exc))
+            return False
+        self._outage.recovered()
         return bool(result)
 
     # -- claiming --------------------------------------------------------------------------
@@ -234,7 +228,7 @@ class Worker:
         return max(conc, min(self.options.batch_size, wanted))
 
     def _room(self) -> int:
-        backlog = self._queued + self._async_waiting()
+        backlog = self._queued + self._async_inflight
         target = self._target_backlog()
         return target - backlog if backlog <= target // 2 else 0
 
@@ -268,9 +262,6 @@ class Worker:
             with self._queued_lock:
                 self._queued += 1
             self._queue.put(task)
-
-    def _async_waiting(self) -> int:
-        return self._async_inflight
 
     # -- handler threads -------------------------------------------------------------------
 
@@ -466,32 +457,26 @@ class Worker:
         self._to_write.put(groups)
 
     def _writer_main(self) -> None:
-        failures = 0
+        outage = Outage("writer")
         pause = threading.Event()
         while True:
+            self.board.report(WRITER, ThreadState.WAITING, notify=False)
             groups = self._to_write.get()
             if groups is None:
+                self.board.report(WRITER, ThreadState.STOPPED, notify=False)
                 return
+            self.board.report(WRITER, ThreadState.WRITING, notify=False)
             while True:
                 try:
                     lost = self.store.write_all(groups)
                 except DBAPIError as exc:
-                    transient = isinstance(exc, (OperationalError, InterfaceError))
-                    if not (transient or exc.connection_invalidated):
-                        log.exception("writing results failed; the rows run again after their "
-                                      "lease", extra={"action": "write_failed"})
-                        lost = {t.name: {w.pk for w in ws} for t, ws in groups}
-                        break
-                    failures += 1
-                    if failures == 1:
-                        log.warning("database unavailable while writing results, retrying: %s",
-                                    _short(exc), extra={"action": "db_retry"})
-                    pause.wait(min(0.25 * 2 ** min(failures, 8), MAX_DB_BACKOFF))
-                    continue
-                if failures:
-                    log.info("results written after %d failed attempt(s)", failures,
-                             extra={"action": "db_recovered"})
-                    failures = 0
+                    if is_transient(exc):
+                        pause.wait(outage.failed(exc))  # results are kept, not lost
+                        continue
+                    log.exception("writing results failed; the rows run again after their "
+                                  "lease", extra={"action": "write_failed"})
+                    lost = {t.name: {w.pk for w in ws} for t, ws in groups}
+                outage.recovered()
                 break
             self._written.append((groups, lost))
             self._kick.set()
@@ -636,12 +621,12 @@ class Worker:
 
     def _listen_postgres(self) -> None:
         tables = set(self._by_name)
-        failures = 0
+        outage = Outage("wake-up listener", first_delay=0.5)
         while not self._stop.is_set():
             try:
                 conn = _listen_connection(self.store.engine)
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                failures = 0
+                outage.recovered()
                 self.wake()  # anything committed while we were not listening
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=1.0):
@@ -649,11 +634,7 @@ class Worker:
                             self.wake()
                 conn.close()
             except Exception as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning("wake-up listener lost its connection: %s", _short(exc),
-                                extra={"action": "listen_retry"})
-                self._stop.wait(min(0.5 * 2**failures, MAX_DB_BACKOFF))
+                self._stop.wait(outage.failed(exc))
 
     def _poll_sqlite(self) -> None:
         path = self.store.engine.url.database
@@ -682,8 +663,4 @@ def _listen_connection(engine: Any) -> Any:
     return psycopg.connect(*args, **kwargs, autocommit=True)
 
 
-def _short(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-
-
-__all__ = ["Counter", "RunSummary", "Worker", "WorkerOptions"]
+__all__ = ["RunSummary", "Worker", "WorkerOptions"]

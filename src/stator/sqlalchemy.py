@@ -7,11 +7,10 @@ graph's initial state and is due at once, or after that state's ``start_after``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Index, Integer, String, inspect, text
+from sqlalchemy import ColumnElement, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column
 
 from ._clock import Clock, SystemClock
@@ -106,11 +105,3 @@ def _graph_of(cls: Any) -> type[StateGraph]:
     if not (isinstance(graph, type) and issubclass(graph, StateGraph)):
         raise GraphError(f"{cls.__name__}: set state_graph = <a StateGraph subclass> on the model")
     return graph
-
-
-def has_history(model: type) -> bool:
-    return "state_history" in inspect(model).columns
-
-
-def models_missing_graph(models: Iterable[type]) -> list[str]:
-    return [m.__name__ for m in models if not isinstance(getattr(m, "state_graph", None), type)]

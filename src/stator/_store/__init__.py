@@ -1,13 +1,12 @@
 """The storage layer: the only place that speaks SQL."""
 
 from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
-from ._store import ErrorRecord, Store
+from ._store import Store
 from ._tracked import TrackedModel
 
 __all__ = [
     "BEGIN_OPTION",
     "NOTIFY_CHANNEL",
-    "ErrorRecord",
     "SqlDialect",
     "Store",
     "TrackedModel",

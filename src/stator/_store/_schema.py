@@ -22,7 +22,6 @@ from sqlalchemy import (
     Text,
     inspect,
     select,
-    text,
 )
 
 from .._types import UTCDateTime
@@ -117,9 +116,3 @@ def upgrade(conn: Connection) -> list[int]:
         conn.execute(schema_table.delete())
         conn.execute(schema_table.insert().values(version=SCHEMA_VERSION))
     return applied
-
-
-def drop(conn: Connection) -> None:
-    """Remove Stator's own tables (the application's tables are left alone)."""
-    metadata.drop_all(conn)
-    conn.execute(text("SELECT 1"))

@@ -11,7 +11,6 @@ import json
 import socket
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,24 +42,12 @@ SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
 
 
-@dataclass(frozen=True)
-class ErrorRecord:
-    model: str
-    row_pk: str
-    state: str
-    attempt: int
-    kind: str
-    message: str
-    traceback: str
-
-
 class Store:
     def __init__(self, engine: Engine, models: Sequence[type]) -> None:
         self.engine = engine
         self.dialect: SqlDialect = dialect_for(engine)
         self.dialect.configure(engine)
         self.tracked = [TrackedModel.build(m, self.dialect, engine.dialect) for m in models]
-        self.by_model = {t.model: t for t in self.tracked}
         self._datetime = UTCDateTime()
         self._notified: dict[str, float] = {}
 
