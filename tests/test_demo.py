@@ -76,7 +76,7 @@ def test_a_dead_remote_exhausts_every_row(tmp_path: Path) -> None:
     # may fail more than MAX_ATTEMPTS times in all; the engine saw every failure raised.
     assert summary.failed_attempts >= 6 * MAX_ATTEMPTS
     assert summary.failed_attempts == summary.remote_calls - summary.throttled
-    assert f"{MAX_ATTEMPTS} failures in a row" in output
+    assert f"{MAX_ATTEMPTS} failed attempts" in output
 
 
 def test_the_file_can_be_reused(tmp_path: Path) -> None:

@@ -445,7 +445,7 @@ def _summary_rows(s: DemoSummary) -> Sequence[tuple[str, str]]:
         ("posts fanned out and settled", f"{s.posts_done} / {s.posts}"),
         ("inbox rows", f"{s.inbox_rows} ({s.posts} x {s.followers} expected)"),
         ("delivered", str(s.delivered)),
-        (f"undeliverable ({MAX_ATTEMPTS} failures in a row)", str(s.undeliverable)),
+        (f"undeliverable ({MAX_ATTEMPTS} failed attempts)", str(s.undeliverable)),
     ]
     if s.pending:
         rows.append(("still pending", str(s.pending)))
