@@ -57,7 +57,8 @@ class Board:
     def take_back(self, count: int = 1) -> None:
         with self.condition:
             self.taken_back += count
-            self.condition.notify_all()
+            if self.taken_back == self.handed_out:  # quiet: the one moment a watcher cares
+                self.condition.notify_all()
 
     def snapshot(self) -> dict[str, str]:
         with self.condition:

@@ -27,8 +27,9 @@ from rich.logging import RichHandler
 from rich.table import Table
 from sqlalchemy.exc import DBAPIError
 
+from ._board import ThreadState
 from ._stator import Stator
-from ._worker import RunSummary, Worker
+from ._worker import COORDINATOR, RunSummary, Worker
 from .errors import ConfigError, StatorError
 
 err = Console(stderr=True)
@@ -201,7 +202,7 @@ def _run_with_signals(worker: Worker) -> RunSummary:
     thread = threading.Thread(target=target, name="stator-coordinator")
     thread.start()
     try:
-        while thread.is_alive():
+        while thread.is_alive() and worker.board.state_of(COORDINATOR) != ThreadState.STOPPED:
             worker.board.wait(0.5)
     finally:
         for signum, handler in previous.items():

@@ -165,6 +165,7 @@ class Worker:
             self._stop.set()
             self._stop_threads()
             self._final_housekeeping()
+            self.board.report(COORDINATOR, ThreadState.STOPPED)  # wakes whoever waits on us
         return RunSummary(
             self._counters, time.monotonic() - began, self._stop_reason, self._replaced
         )
