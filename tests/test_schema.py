@@ -7,6 +7,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from stator import ConfigError, SchemaError, State, StateGraph, Stator
+from stator._store._schema import SCHEMA_VERSION
 
 
 class Orders(StateGraph):
@@ -43,7 +44,8 @@ def execute(stator, *statements):
 def test_migrate_creates_everything_once_and_says_what_it_did(unmigrated):
     stator = unmigrated()
     done = stator.migrate()
-    assert done[:2] == ["stator schema upgraded to version 1", "created table orders"]
+    upgraded = f"stator schema upgraded to version {SCHEMA_VERSION}"
+    assert done[:2] == [upgraded, "created table orders"]
     if stator.engine.dialect.name == "postgresql":
         assert done[2:] == ["installed wake-up trigger on orders"]
     else:
@@ -131,7 +133,7 @@ def test_an_older_schema_version_is_upgraded(unmigrated):
     execute(stator, "UPDATE stator_schema SET version = 0")
     with pytest.raises(SchemaError, match=r"version 0.*stator migrate"):
         stator.check()
-    assert stator.migrate() == ["stator schema upgraded to version 1"]
+    assert stator.migrate() == [f"stator schema upgraded to version {SCHEMA_VERSION}"]
     stator.check()
 
 

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +52,9 @@ def user_errors() -> Iterator[None]:
         fail(str(exc))
     except DBAPIError as exc:
         first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        if exc.statement is None:  # it failed to connect at all
+            first += ("; check the database URL (the APP's, or --db) and that the database "
+                      "exists and is reachable")
         fail(f"database error: {first}", code=1)
 
 
@@ -64,12 +68,16 @@ def load_app(app: str, db: str | None) -> Stator:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise ConfigError(
                 f"cannot import {module_name!r} from APP {app!r}: no such module "
                 f"(run stator from the directory that contains it, or fix PYTHONPATH)"
             ) from None
-        raise
+        raise ConfigError(_import_failure(app, module_name, exc)) from None
+    except StatorError:
+        raise  # an invalid graph or setting in the module: its message names the fix
+    except Exception as exc:
+        raise ConfigError(_import_failure(app, module_name, exc)) from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -80,6 +88,22 @@ def load_app(app: str, db: str | None) -> Stator:
     if not isinstance(target, Stator):
         raise ConfigError(f"{app} is a {type(target).__name__}, not a stator.Stator")
     return target.with_db(db) if db else target
+
+
+def _import_failure(app: str, module_name: str, exc: Exception) -> str:
+    """One line for an APP module that raised while being imported: what and where."""
+    text = str(exc).strip().splitlines()
+    what = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    where = ""
+    if not isinstance(exc, SyntaxError):  # a SyntaxError's text already says where
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if not f.filename.startswith("<")]
+        if frames:
+            where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+    return (
+        f"cannot import APP {app!r}: {what}{where}; fix the module or install what it "
+        f"imports (python -c 'import {module_name}' shows the traceback)"
+    )
 
 
 def app_command(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -119,6 +143,7 @@ def migrate(app: str, db: str | None) -> None:
     with user_errors():
         stator = load_app(app, db)
         done = stator.migrate()
+        done.extend(_restart_launcher(stator) if done else [])
     for line in done:
         out.print(f"  {line}", highlight=False)
     out.print(f"{stator.url}: up to date" if done else f"{stator.url}: already up to date",
@@ -278,6 +303,227 @@ def graph(app: str, db: str | None, fmt: str) -> None:
     click.echo(to_mermaid(graphs) if fmt == "mermaid" else to_dot(graphs))
 
 
+# -- the launcher (stator._launcher) ----------------------------------------------------------
+
+
+def _restart_launcher(stator: Stator) -> list[str]:
+    """After a migration: tell the launcher (seed 003: CREATE/ALTER EXTENSION send restart),
+    so a scheduler disabled for lack of schema starts, and a running one picks up the new
+    schema.  A failure here does not undo the migration; it is reported."""
+    from ._launcher import send_message
+    from ._launcher._discovery import key_of
+    from ._launcher._place import DEFAULT_PLACE, poke
+
+    try:
+        sent = send_message(stator.engine, "restart")
+    except (DBAPIError, StatorError) as exc:
+        return [f"could not send restart to the launcher: {exc}"]
+    poke(DEFAULT_PLACE, key_of(stator.engine.url))
+    return [f"sent restart to the launcher (message {sent.id})"]
+
+
+def _control_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--control", type=click.Path(file_okay=False, path_type=Path),
+        default=Path(".stator-launcher"), show_default=True,
+        help="The launcher's control place (lock, state file, logs), relative to the "
+             "current directory.",
+    )(func)
+
+
+@cli.command()
+@click.argument("app")
+@click.option("--discover", multiple=True, metavar="PATTERN",
+              help="Databases to find on every wake-up: postgresql://host/ (every database "
+                   "that allows connections; a glob after the slash filters names) or "
+                   "'sqlite:///tenants/*.db'.  Repeatable.")
+@click.option("--db", "databases", multiple=True, metavar="URL",
+              help="One more database to run.  Repeatable.")
+@click.option("--max-workers", type=click.IntRange(min=2), default=4, show_default=True,
+              help="Worker slots: the launcher holds one, each running scheduler one.")
+@_control_option
+@click.option("--discover-every", type=click.FloatRange(min=0.05), default=10.0,
+              show_default=True, metavar="SECONDS",
+              help="Wake up at least this often to rediscover, and to read every database's "
+                   "messages and next due time.")
+@click.option("--poll-every", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              metavar="SECONDS", help="Check SQLite files for commits (a stat per file); "
+              "discovery runs at most this often.")
+@click.option("--idle-window", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              metavar="SECONDS",
+              help="A scheduler exits, handing its slot back, once nothing is due this soon.")
+@click.option("--slice", "slice_seconds", type=click.FloatRange(min=0), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="A scheduler that has run this long yields its slot to a waiting database.")
+@click.option("--stop-grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              metavar="SECONDS", help="How long a stopping scheduler may take before SIGKILL.")
+@click.option("--backoff-floor", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              metavar="SECONDS", help="Least wait before regenerating a crashed scheduler.")
+@click.option("--backoff-max", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              metavar="SECONDS", help="Most wait before regenerating a crashed scheduler.")
+@click.option("--listen-max", type=click.IntRange(min=0), default=32, show_default=True,
+              help="PostgreSQL databases to LISTEN on (one connection each); the rest are "
+                   "read every --discover-every.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Each scheduler's handler concurrency (default: the Stator's setting).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def launcher(
+    app: str, discover: tuple[str, ...], databases: tuple[str, ...], max_workers: int,
+    control: Path, discover_every: float, poll_every: float, idle_window: float,
+    slice_seconds: float, stop_grace: float, backoff_floor: float, backoff_max: float,
+    listen_max: int, concurrency: int | None, log_level: str,
+) -> None:
+    """Run one scheduler per database, within --max-workers slots.  Ctrl-C or SIGTERM:
+    stop every scheduler gracefully and exit."""
+    from ._launcher import Launcher, LauncherOptions
+
+    _setup_logging(log_level)
+    with user_errors():
+        stator = load_app(app, None)
+        the_launcher = Launcher(LauncherOptions(
+            app=app, discover=discover, databases=databases, max_workers=max_workers,
+            control=control, discover_every=discover_every, poll_every=poll_every,
+            idle_window=idle_window, slice=slice_seconds, stop_grace=stop_grace,
+            backoff_floor=backoff_floor, backoff_max=backoff_max, listen_max=listen_max,
+            concurrency=concurrency, log_level=log_level.upper(),
+        ), stator.models)
+        interrupts = 0
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts > 1 and signum == signal.SIGINT:
+                err.print("forced exit: each scheduler stops by itself once the launcher is gone")
+                os._exit(130)
+            log.info("received %s: stopping every scheduler gracefully (Ctrl-C again to force)",
+                     signal.Signals(signum).name, extra={"action": "signal"})
+            the_launcher.stop(f"signal {signal.Signals(signum).name}")
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            the_launcher.run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    log.info("launcher stopped", extra={"action": "launcher_stop"})
+
+
+@cli.command()
+@click.argument("message", type=click.Choice(["start", "stop", "restart"]))
+@click.argument("database_url")
+@click.option("--wait", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Wait this long for the launcher's acknowledgement (exit 1 without one).")
+@_control_option
+def ctl(message: str, database_url: str, wait: float | None, control: Path) -> None:
+    """Send start, stop or restart to the launcher running DATABASE_URL."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from ._launcher import send_message
+    from ._launcher._discovery import Target, normalize
+    from ._launcher._place import poke
+
+    with user_errors():
+        target = Target.of(normalize(database_url))
+        if target.path is not None and not target.path.is_file():
+            raise ConfigError(f"no SQLite database at {target.path}")
+        engine = create_engine(target.url, poolclass=NullPool)
+        try:
+            sent = send_message(engine, message)
+        finally:
+            engine.dispose()
+    poke(control, target.key)
+    out.print(f"sent {message} to {target.key} (message {sent.id})", highlight=False)
+    if wait is None:
+        return
+    reply = sent.reply(wait)
+    if reply is None:
+        out.print(f"no acknowledgement within {wait:g}s (is a launcher running for this "
+                  "database?)", highlight=False)
+        sys.exit(1)
+    out.print(f"{'acknowledged' if reply.ok else 'refused'}: {reply.outcome}", highlight=False)
+    if not reply.ok:
+        sys.exit(1)
+
+
+@cli.command("launcher-status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_control_option
+def launcher_status(as_json: bool, control: Path) -> None:
+    """Each database of the launcher on --control: state, slot, scheduler pid, uptime,
+    restarts, last error.  Exit code 1 if no launcher is running there."""
+    from ._launcher._report import render, status_report
+
+    with user_errors():
+        report = status_report(control)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        render(report, out)
+    if not report["launcher"]["running"]:
+        sys.exit(1)
+
+
+@cli.command("launcher-scheduler", hidden=True)
+@click.argument("app")
+@click.option("--db", required=True, metavar="URL")
+@click.option("--idle-window", type=click.FloatRange(min=0), default=5.0)
+@click.option("--lifeline", type=int, default=None)
+@click.option("--after-message", type=int, default=None)
+@click.option("--concurrency", type=click.IntRange(min=1), default=None)
+@click.option("--log-level", default="INFO",
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def launcher_scheduler(
+    app: str, db: str, idle_window: float, lifeline: int | None, after_message: int | None,
+    concurrency: int | None, log_level: str,
+) -> None:
+    """One database's scheduler, started by `stator launcher`: exit 3 at once without a
+    Stator schema; otherwise a worker until nothing is due within --idle-window (exit 0)."""
+    from ._launcher._children import EXIT_NO_SCHEMA
+    from ._launcher._scheduler import follow_sender, watch_lifeline
+    from .errors import SchemaError
+
+    _setup_logging(log_level)
+    with user_errors():
+        stator = load_app(app, db)
+        if after_message is not None and not follow_sender(stator.engine, after_message):
+            log.warning("message %d is not visible here yet; going on", after_message)
+        problems = stator.store.problems()
+        if problems:
+            fail("; ".join(problems), EXIT_NO_SCHEMA)
+        try:
+            worker = stator.worker(concurrency=concurrency, until_idle=True,
+                                   idle_window=idle_window)
+        except SchemaError as exc:
+            fail(str(exc), EXIT_NO_SCHEMA)
+    if lifeline is not None:
+        watch_lifeline(lifeline, lambda: worker.stop("launcher gone"))
+    log.info("scheduler %s for %s", worker.id, stator.url, extra={"action": "scheduler_start"})
+    summary = _run_with_signals(worker)
+    log.info("scheduler %s stopped (%s): %d rows processed, %d transitions in %.1fs",
+             worker.id, summary.reason, summary.processed, summary.transitions,
+             summary.seconds, extra={"action": "scheduler_stop"})
+
+
+@cli.command()
+@app_command
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def uninstall(app: str, db: str | None, yes: bool) -> None:
+    """Drop Stator's own tables (schema version, workers, stats, errors) and tell the
+    launcher (restart: its scheduler then finds no schema and is disabled).  Your tables and
+    their state columns stay."""
+    with user_errors():
+        stator = load_app(app, db)
+        if not yes:
+            click.confirm(f"drop Stator's tables from {stator.url}?", abort=True)
+        done = stator.uninstall()
+    for line in done:
+        out.print(f"  {line}", highlight=False)
+    out.print(f"{stator.url}: Stator's tables removed" if done else
+              f"{stator.url}: nothing to remove", highlight=False)
+
+
 @cli.command()
 @click.option("--path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("stator-demo.db"), show_default=True,
@@ -306,23 +552,90 @@ def _setup_logging(level: str) -> None:
 
 
 @cli.command()
-@click.option("--db", metavar="URL", help="PostgreSQL server to measure (a throwaway schema is "
-              "used); default: a throwaway SQLite file.")
-@click.option("--rows", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option("--db", metavar="URL", help="PostgreSQL server to measure (a throwaway database "
+              "per scenario, dropped afterwards); default: throwaway SQLite files.")
+@click.option("--scenario", "scenarios", multiple=True, metavar="NAME",
+              help="Run only this scenario (repeat or comma-separate; default: all of "
+              "throughput, limit, latency, scale, idle, memory, fanout).")
+@click.option("--quick", is_flag=True, help="Small sizes (a few minutes): for CI and a first look.")
+@click.option("--rows", type=click.IntRange(min=1), default=None,
+              help="Rows through the graph in throughput and limit [default: 20000; quick: 2000].")
+@click.option("--processes", metavar="N,N,…",
+              help="Worker process counts for throughput [default: 1,2,4; quick: 1,2].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per scenario.")
-def bench(db: str | None, rows: int, concurrency: int, batch_size: int, as_json: bool) -> None:
-    """Measure transitions per second of one worker process with no-op handlers."""
-    from ._bench import throughput
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per result line.")
+def bench(
+    db: str | None, scenarios: tuple[str, ...], quick: bool, rows: int | None,
+    processes: str | None, concurrency: int, batch_size: int, as_json: bool,
+) -> None:
+    """Measure Stator on a real database: throughput, the database's own limit, latency,
+    scale, idle cost, memory and fan-out."""
+    from ._bench import Sizes, run_bench
 
     with user_errors():
-        result = throughput(db, rows, concurrency, batch_size)
-    if as_json:
-        click.echo(json.dumps(result.as_dict()))
-        return
-    table = Table(title="stator bench")
-    for key in result.as_dict():
-        table.add_column(key.replace("_", " "))
-    table.add_row(*(str(v) for v in result.as_dict().values()))
-    out.print(table)
+        sizes = (Sizes.quick() if quick else Sizes()).with_rows(rows)
+        sizes = sizes.with_processes(_process_counts(processes))
+        results = run_bench(
+            db, _split(scenarios), sizes, concurrency=concurrency, batch_size=batch_size,
+            progress=lambda message: err.print(f"[dim]{message}[/]", highlight=False),
+        )
+        shown: list[dict[str, Any]] = []
+        for line in results:
+            if as_json:
+                click.echo(json.dumps(line))
+                continue
+            if shown and shown[-1]["scenario"] != line["scenario"]:
+                out.print(_bench_table(shown))
+                shown = []
+            shown.append(line)
+        if shown:
+            out.print(_bench_table(shown))
+
+
+def _process_counts(value: str | None) -> tuple[int, ...] | None:
+    if not value:
+        return None
+    try:
+        counts = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"--processes takes numbers like 1,2,4 (got {value!r})") from None
+    if not counts or min(counts) < 1:
+        raise ConfigError(f"--processes takes numbers of at least 1 (got {value!r})")
+    return counts
+
+
+BENCH_LABELS = {"throughput": "processes", "limit": "batch_size", "latency": "mode",
+                "scale": "table_rows"}
+
+
+def _bench_table(lines: list[dict[str, Any]]) -> Table:
+    """One scenario's results as a table: a row per figure, a column per result (the
+    figures are many and the results few, so this way round fits a terminal)."""
+    scenario = lines[0]["scenario"]
+    label = BENCH_LABELS.get(scenario)
+    table = Table(title=f"stator bench: {scenario} ({lines[0]['backend']})",
+                  title_justify="left")
+    table.add_column("")
+    for line in lines:
+        table.add_column(f"{label.replace('_', ' ')} {_bench_cell(line[label])}" if label
+                         else scenario, justify="right")
+    skip = {"scenario", "backend", label}
+    keys = [k for k in lines[0] if k not in skip and not isinstance(lines[0][k], list)]
+    for key in keys:
+        table.add_row(key.replace("_", " "), *(_bench_cell(line.get(key)) for line in lines))
+    return table
+
+
+def _bench_cell(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.2f}" if abs(value) >= 1 else f"{value:.4f}"
+    return str(value)

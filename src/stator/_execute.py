@@ -9,6 +9,7 @@ batched with others ("fast path").
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -111,8 +112,8 @@ class Executor:
         try:
             result = await asyncio.wait_for(handler(task.obj), timeout=task.timeout)
             outcome = self._interpret(task, result)
-        except TimeoutError:
-            outcome = Failed("timeout", f"handler did not finish within {task.timeout:g}s")
+        except TimeoutError as exc:  # its chain shows where the handler was when cancelled
+            outcome = _failure("timeout", exc, f"handler did not finish within {task.timeout:g}s")
         except TryAgainLater as signal:
             outcome = Stayed(signal.delay)
         except Exception as exc:
@@ -152,7 +153,8 @@ class Executor:
             return Stayed()
         target = _policy.check_target(task.tracked.graph, task.claimed.state, result)
         if isinstance(target, str):
-            return Failed("invalid", target)
+            handler = task.tracked.graph.states[task.claimed.state].handler
+            return Failed("invalid", target, _returned_from(handler))
         return Moved(target)
 
     def _conclude(self, task: Task, session: Session, outcome: Outcome) -> None:
@@ -188,8 +190,10 @@ class Executor:
         finally:
             _release(session)
 
-    def timed_out(self, task: Task) -> Write:
-        outcome = Failed("timeout", f"handler did not finish within {task.timeout:g}s")
+    def timed_out(self, task: Task, stack: str = "") -> Write:
+        """The write for a sync handler abandoned past its deadline; ``stack`` is where its
+        thread was at that moment."""
+        outcome = Failed("timeout", f"handler did not finish within {task.timeout:g}s", stack)
         return _policy.after_run(task.tracked.graph, task.claimed, outcome, self.clock.now())
 
 
@@ -197,9 +201,22 @@ def _has_changes(session: Session) -> bool:
     return bool(session.new or session.dirty or session.deleted or session.info.get("stator_wrote"))
 
 
-def _failure(kind: _policy.FailureKind, exc: BaseException) -> Failed:
-    message = f"{type(exc).__name__}: {exc}"
+def _failure(kind: _policy.FailureKind, exc: BaseException, message: str = "") -> Failed:
+    message = message or f"{type(exc).__name__}: {exc}"
     return Failed(kind, message, "".join(traceback.format_exception(exc)))
+
+
+def _returned_from(handler: Any) -> str:
+    """Where a handler that returned something unusable is defined (it raised nothing, so
+    there is no traceback to show: this is the next best thing)."""
+    func = inspect.unwrap(getattr(handler, "__func__", handler))
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return ""
+    return (
+        "The handler returned normally, with a value the graph does not accept:\n"
+        f'  File "{code.co_filename}", line {code.co_firstlineno}, in {func.__qualname__}\n'
+    )
 
 
 def _release(session: Session) -> None:

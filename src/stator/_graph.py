@@ -7,6 +7,7 @@ a worker.  This module is pure: no database, no clock, no threads.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -265,6 +266,7 @@ def _resolve_handler(cls: type[StateGraph], attr: str) -> tuple[Handler, bool]:
     elif inspect.isfunction(raw):
         func = raw
 
+        @functools.wraps(raw)  # so failure reports can point at the function itself
         def handler(instance: Any, _f: Any = raw) -> Any:  # plain function: pass the graph in
             return _f(cls, instance)
     else:

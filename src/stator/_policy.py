@@ -68,6 +68,7 @@ class Write:
     moved: bool = False
     failure: Failed | None = None
     attempt: int = 0  # the attempt number the failure belongs to (for the error log)
+    failed_at: datetime | None = None  # when that attempt failed (for the error log)
 
 
 def first_due(state: State, entered: datetime) -> datetime | None:
@@ -120,7 +121,7 @@ def move(row: Claimed, target: State, now: datetime, failure: Failed | None = No
     return Write(
         row.pk, row.state, row.lease_until, state=target.name, state_changed=now,
         state_next=first_due(target, now), attempts=0, moved=True, failure=failure,
-        attempt=row.attempts + 1 if failure else 0,
+        attempt=row.attempts + 1 if failure else 0, failed_at=now if failure else None,
     )
 
 
@@ -139,16 +140,17 @@ def after_run(graph: type[StateGraph], row: Claimed, outcome: Outcome, now: date
         assert state.exhausted_to is not None  # guaranteed by graph validation
         return move(row, state.exhausted_to, now, failure=outcome)
     retry_at = now + timedelta(seconds=backoff_delay(state, failures, row.pk))
-    return _stay(state, row, retry_at, attempts=failures, failure=outcome)
+    return _stay(state, row, retry_at, attempts=failures, failure=outcome, failed_at=now)
 
 
 def _stay(
-    state: State, row: Claimed, retry_at: datetime, attempts: int, failure: Failed | None = None
+    state: State, row: Claimed, retry_at: datetime, attempts: int, failure: Failed | None = None,
+    failed_at: datetime | None = None,
 ) -> Write:
     return Write(
         row.pk, row.state, row.lease_until, state=row.state, state_changed=row.state_changed,
         state_next=_earliest(state, row.state_changed, [retry_at]), attempts=attempts,
-        failure=failure, attempt=attempts if failure else 0,
+        failure=failure, attempt=attempts if failure else 0, failed_at=failed_at,
     )
 
 

@@ -94,6 +94,21 @@ class Stator:
         """Raise ``SchemaError`` (naming the fix) unless the database is ready to be run."""
         self.store.check_ready()
 
+    def uninstall(self) -> list[str]:
+        """Drop Stator's own tables (not your tables, nor their Stator columns) and, in the
+        same transaction, send the launcher ``restart``: its scheduler for this database
+        then finds no schema and is disabled.  Returns what it did."""
+        from ._launcher._messages import has_table, send_message
+        from ._store import BEGIN_OPTION
+        from ._store._schema import uninstall
+
+        writing = self.engine.connect().execution_options(**{BEGIN_OPTION: "immediate"})
+        with writing as conn, conn.begin():
+            done = uninstall(conn)
+            if done and has_table(conn):
+                send_message(conn, "restart", clock=self.clock)
+        return done
+
     # -- running ---------------------------------------------------------------------------
 
     def run_once(self) -> CycleReport:

@@ -15,8 +15,10 @@ import logging
 import os
 import queue
 import sqlite3
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -43,6 +45,7 @@ STATS_EVERY = 30.0
 KEEP_HISTORY = timedelta(days=1)
 SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
 MAX_SLEEP = 30.0
+DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
 COORDINATOR, WRITER = "stator-coordinator", "stator-writer"  # names on the board
 
 
@@ -125,6 +128,8 @@ class Worker:
         self._threads: dict[str, threading.Thread] = {}
         self._thread_seq = 0
         self._replaced = 0
+        self._deaths: deque[float] = deque()  # when handler threads died (the last minute)
+        self._respawns: list[float] = []  # when to replace threads that died
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_slots: asyncio.Semaphore | None = None
         self._async_inflight = 0
@@ -417,7 +422,7 @@ class Worker:
                     task.tracked.name, task.claimed.pk, task.claimed.state, task.timeout,
                     extra={"action": "deadline"},
                 )
-                task.write = self.executor.timed_out(task)
+                task.write = self.executor.timed_out(task, self._stack_of(task.thread))
                 self._threads.pop(task.thread, None)  # it exits by itself if it ever returns
                 self._finished.append(task)
                 self.board.take_back()
@@ -429,9 +434,31 @@ class Worker:
                 self.board.forget(name)
                 del self._threads[name]
                 if not self._stop.is_set():
-                    self._replaced += 1
-                    time.sleep(min(0.1 * self._replaced, 5.0))  # a repeating crash backs off
-                    self._spawn_thread()
+                    # Threads that keep dying are replaced more and more slowly, but the
+                    # coordinator never sleeps for it: it must go on flushing results and
+                    # enforcing deadlines, or the leases of rows already done run out.
+                    self._deaths.append(now)
+                    while now - self._deaths[0] > DEATH_WINDOW:
+                        self._deaths.popleft()
+                    delay = min(0.1 * (len(self._deaths) - 1), 5.0)
+                    self._respawns.append(now + delay)
+        due = [t for t in self._respawns if t <= time.monotonic()]
+        for t in due:
+            self._respawns.remove(t)
+            if not self._stop.is_set():
+                self._replaced += 1
+                self._spawn_thread()
+
+    def _stack_of(self, name: str) -> str:
+        """Where a handler thread is right now (for the failure record of a hung handler)."""
+        thread = self._threads.get(name)
+        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+        if frame is None:
+            return ""
+        return (
+            "Stack of the handler's thread at its deadline (most recent call last):\n"
+            + "".join(traceback.format_stack(frame))
+        )
 
     def _flush_due(self) -> bool:
         if self._stop.is_set() or self._pending_since is None:
@@ -451,7 +478,18 @@ class Worker:
         next batch while this one is written (the two overlap on separate connections)."""
         if not self._pending:
             return
-        groups = [(self._by_name[name], writes) for name, writes in self._pending.items()]
+        groups = []
+        for name, writes in self._pending.items():
+            # A row claimed again (its lease ran out) while an older result of it still waited
+            # here: the older result is stale, the fence would refuse it.  Leave it out, or
+            # its failure would be recorded alongside the newer write that does apply.
+            newest: dict[Any, Write] = {}
+            for w in writes:
+                kept = newest.get(w.pk)
+                if kept is None or w.fence > kept.fence:
+                    newest[w.pk] = w
+            self._period[name].lost += len(writes) - len(newest)
+            groups.append((self._by_name[name], list(newest.values())))
         self._pending = {}
         self._pending_since = None
         self._writes_in_flight += 1
@@ -545,6 +583,8 @@ class Worker:
             deadlines = [t.deadline for t in self._running if t.deadline is not None]
         if deadlines:
             waits.append(min(deadlines) - time.monotonic())
+        if self._respawns:
+            waits.append(min(self._respawns) - time.monotonic())
         if self._stop.is_set():
             waits.append(0.05)
         elif self._next_due is not None and not self._maybe_due:

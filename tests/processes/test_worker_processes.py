@@ -14,72 +14,20 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import text
 
 from .app_fixture import AUTOMATIC, STEPS
+from .procs import assert_exactly_once, error_count, lost_writes, wait_until, worker_pids
 
 if TYPE_CHECKING:
-    from .conftest import Proc, ProcApp
+    from .procs import ProcApp
 
 pytestmark = pytest.mark.slow
 
 APP = "app_fixture:stator"
-T = TypeVar("T")
-
-
-def wait_until(
-    predicate: Callable[[], T], what: str, *, timeout: float = 60.0,
-    watch: Iterable[Proc] = (), app: ProcApp | None = None,
-) -> T:
-    """Poll ``predicate`` every 0.1 s until it is truthy; fail after ``timeout`` seconds, or
-    at once if one of the ``watch`` processes (which should keep running) has exited."""
-    watch = list(watch)
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for proc in watch:
-            if not proc.alive():
-                pytest.fail(f"{proc.name} exited while waiting for {what}\n{proc.describe()}")
-        if time.monotonic() >= deadline:
-            details = f"\n{app.describe()}" if app is not None else ""
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}{details}")
-        time.sleep(0.1)
-
-
-def assert_exactly_once(app: ProcApp, rows: int) -> None:
-    """Every row went a -> b -> c -> done and each step was committed exactly once."""
-    entries = app.ledger()
-    pairs = Counter((row_id, step) for row_id, step, _pid in entries)
-    twice = sorted(pair for pair, n in pairs.items() if n > 1)
-    assert not twice, f"steps committed more than once: {twice[:20]}"
-    expected = {(i, step) for i in range(1, rows + 1) for step in STEPS}
-    missing = sorted(expected - set(pairs))
-    assert not missing, f"steps never committed: {missing[:20]}"
-    assert len(entries) == len(expected)
-    for row in app.rows():
-        assert row.state == "done"
-        assert row.state_next is None
-        history = row.state_history or []
-        assert [entry[0] for entry in history] == ["b", "c", "done"], (row.id, history)
-        times = [datetime.fromisoformat(entry[1]) for entry in history]
-        assert times == sorted(times), (row.id, history)
-
-
-def error_count(app: ProcApp) -> int:
-    with app.engine.connect() as conn:
-        return int(conn.execute(text("SELECT count(*) FROM stator_errors")).scalar_one())
-
-
-def worker_pids(app: ProcApp) -> list[int]:
-    with app.engine.connect() as conn:
-        return [int(pid) for pid in conn.execute(text("SELECT pid FROM stator_workers")).scalars()]
 
 
 # -- running to completion --------------------------------------------------------------------
@@ -275,11 +223,7 @@ def test_a_paused_worker_cannot_commit_after_its_lease_was_taken_over(
     for worker in (paused, other):
         assert worker.wait(30) == 0, worker.describe()
     assert_exactly_once(proc_app, rows)
-    with proc_app.engine.connect() as conn:
-        refused = conn.execute(
-            text("SELECT coalesce(sum(lost), 0) FROM stator_stats WHERE worker_id LIKE :w"),
-            {"w": f"{paused.pid}-%"},
-        ).scalar_one()
+    refused = lost_writes(proc_app, paused.pid)
     print(f"\n[{proc_app.backend}] taken over while paused: {taken_over}; "
           f"late writes refused: {refused}")
     assert refused >= 1, "the paused worker's stale writes should be counted as lost"

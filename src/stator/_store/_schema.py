@@ -3,6 +3,11 @@
 ``stator_schema`` holds one row: the schema version.  A database at an older version is
 upgraded by ``stator migrate``; one at a newer version than this code knows is refused, so
 an old worker never runs against a schema it does not understand.
+
+Version 2 adds ``stator_launcher_messages``: the launcher's control messages (start, stop,
+restart) for this database, inserted in the sender's own transaction so that a rolled-back
+transaction sends nothing.  ``uninstall`` drops Stator's tables but keeps that one, so the
+launcher still hears the ``restart`` sent by the uninstalling transaction itself.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Connection,
     Float,
@@ -22,11 +28,12 @@ from sqlalchemy import (
     Text,
     inspect,
     select,
+    text,
 )
 
 from .._types import UTCDateTime
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -83,11 +90,35 @@ errors_table = Table(
 )
 
 
+# Version 2's table lives in a metadata of its own: version 1's migration creates everything
+# in ``metadata``, and must keep creating exactly what it always did.
+control_metadata = MetaData()
+
+messages_table = Table(
+    "stator_launcher_messages",
+    control_metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("kind", String(16), nullable=False),  # start, stop, restart
+    Column("sent_at", UTCDateTime(), nullable=False),
+    Column("sender", String(255), nullable=False),
+    Column("handled_at", UTCDateTime(), nullable=True),  # set by the launcher's acknowledgement
+    Column("ack", Boolean(), nullable=True),
+    Column("outcome", Text, nullable=True),
+    Index("ix_stator_launcher_messages_pending", "id",
+          postgresql_where=text("handled_at IS NULL"), sqlite_where=text("handled_at IS NULL")),
+)
+
+
 def _v1(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1}
+def _v2(conn: Connection) -> None:
+    control_metadata.create_all(conn)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2}
 
 
 def current_version(conn: Connection) -> int | None:
@@ -116,3 +147,18 @@ def upgrade(conn: Connection) -> list[int]:
         conn.execute(schema_table.delete())
         conn.execute(schema_table.insert().values(version=SCHEMA_VERSION))
     return applied
+
+
+def uninstall(conn: Connection) -> list[str]:
+    """Drop Stator's own tables (not the application's tables or their state columns).
+
+    The launcher's message table stays: the uninstalling transaction sends ``restart``
+    through it, and the launcher must be able to read and acknowledge that message.
+    """
+    done = []
+    insp = inspect(conn)
+    for table in reversed(metadata.sorted_tables):
+        if insp.has_table(table.name):
+            table.drop(conn)
+            done.append(f"dropped table {table.name}")
+    return done

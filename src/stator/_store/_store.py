@@ -279,13 +279,14 @@ class Store:
         }
 
     def _record_errors(self, conn: Connection, tracked: TrackedModel, writes: list[Write]) -> None:
-        now = writes[0].state_changed
         conn.execute(insert(_schema.errors_table), [
             {
                 "model": tracked.name, "row_pk": row_key(w.pk), "state": w.fence_state,
                 "attempt": w.attempt, "kind": w.failure.kind, "message": w.failure.message[:4000],
-                "traceback": w.failure.traceback[-16000:], "created_at": now,
-                "worker_id": self.worker_id,
+                "traceback": w.failure.traceback[-16000:],
+                # When it failed: not the row's state_changed, which for a row that stays
+                # is when it entered its state (maybe days ago: pruned at once, never shown).
+                "created_at": w.failed_at or w.state_changed, "worker_id": self.worker_id,
             }
             for w in writes if w.failure is not None
         ])

@@ -1,0 +1,153 @@
+"""Finding the databases to run: a PostgreSQL server, a SQLite glob, or explicit URLs.
+
+Scanned on every discovery round, so databases created later are picked up and dropped
+ones are noticed without restarting the launcher.  A source that cannot be scanned (the
+server is down) keeps its last answer: an unreachable server is not a dropped database.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import URL, create_engine, make_url, text
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import NullPool
+
+from ..errors import ConfigError
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One database: ``key`` names it everywhere (status, logs, messages; no password)."""
+
+    key: str
+    url: URL
+
+    @property
+    def backend(self) -> str:
+        return self.url.get_backend_name()
+
+    @property
+    def path(self) -> Path | None:
+        return Path(self.url.database) if self.backend == "sqlite" and self.url.database else None
+
+    @classmethod
+    def of(cls, url: URL) -> Target:
+        return cls(key=key_of(url), url=url)
+
+
+def key_of(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def normalize(url: str | URL, base: Path | None = None) -> URL:
+    """A database URL in the one form the launcher uses: SQLite paths absolute, PostgreSQL
+    through psycopg.  ``base`` resolves relative SQLite paths (default: the current
+    directory)."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        raise ConfigError(
+            f"not a database URL: {url!r} (try sqlite:///tenants/*.db or postgresql://host/)"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            raise ConfigError(f"the launcher needs SQLite files, not {url!r}")
+        path = os.path.abspath(os.path.join(base or os.getcwd(), database))
+        return parsed.set(drivername="sqlite", database=path)
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg")
+    raise ConfigError(f"the launcher supports sqlite:// and postgresql:// URLs, not {url!r}")
+
+
+class Source(Protocol):
+    description: str
+
+    def scan(self) -> dict[str, Target]: ...
+
+
+class SqliteGlob:
+    """Every SQLite file matching a glob (``sqlite:///tenants/*.db``)."""
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+        self.pattern = url.database or ""
+        self.description = key_of(url)
+
+    def scan(self) -> dict[str, Target]:
+        found = {}
+        for name in sorted(glob.glob(self.pattern)):
+            if name.endswith(SQLITE_SIDE_FILES) or not os.path.isfile(name):
+                continue
+            target = Target.of(self.url.set(database=os.path.abspath(name)))
+            found[target.key] = target
+        return found
+
+
+class PostgresServer:
+    """Every database of a server that allows connections and is not a template (seed 003),
+    optionally only those whose name matches the URL's database part as a glob
+    (``postgresql://host/tenant_*``)."""
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+        self.pattern = url.database or "*"
+        self.description = key_of(url)
+        self.engine = create_engine(
+            url.set(database="postgres"), poolclass=NullPool,
+            connect_args={"connect_timeout": 5},
+        )
+
+    def scan(self) -> dict[str, Target]:
+        with self.engine.connect() as conn:
+            names = conn.execute(text(
+                "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate "
+                "ORDER BY datname"
+            )).scalars().all()
+        found = {}
+        for name in names:
+            if fnmatch.fnmatchcase(name, self.pattern):
+                target = Target.of(self.url.set(database=name))
+                found[target.key] = target
+        return found
+
+
+class Explicit:
+    """One database named on the command line; a SQLite file counts only once it exists."""
+
+    def __init__(self, url: URL) -> None:
+        self.target = Target.of(url)
+        self.description = self.target.key
+
+    def scan(self) -> dict[str, Target]:
+        path = self.target.path
+        if path is not None and not path.is_file():
+            return {}
+        return {self.target.key: self.target}
+
+
+def discover_source(text: str, base: Path | None = None) -> Source:
+    """A ``--discover`` argument: a SQLite glob or a PostgreSQL server (with an optional
+    database-name pattern)."""
+    url = normalize(text, base)
+    if url.get_backend_name() == "sqlite":
+        return SqliteGlob(url)
+    return PostgresServer(url)
+
+
+def explicit_source(text: str, base: Path | None = None) -> Source:
+    """A ``--db`` argument: exactly one database."""
+    url = normalize(text, base)
+    if url.get_backend_name() == "sqlite" and GLOB_CHARS & set(url.database or ""):
+        raise ConfigError(f"--db takes one database; use --discover for a glob ({text})")
+    return Explicit(url)

@@ -1,0 +1,48 @@
+"""The launcher's commands on bad input (one ``error:`` line, no traceback), and the
+README's example of sending a message, executed."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from stator._store._schema import messages_table
+
+from .conftest import Launch
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def test_user_mistakes_get_one_error_line(launch: Launch) -> None:
+    cases = [
+        (["launcher", "tenant_app:stator"], 2, "nothing to launch"),
+        (["launcher", "tenant_app:stator", "--db", "mysql://h/x"], 2, "sqlite:// and postgres"),
+        (["launcher", "tenant_app:stator", "--db", "sqlite:///x.db", "--max-workers", "1"], 2,
+         "--max-workers"),
+        (["ctl", "start", "sqlite:///missing.db"], 2, "no SQLite database at"),
+        (["launcher-status"], 2, "no launcher state in .stator-launcher"),
+    ]
+    bare = launch.url("bare")  # a database without Stator's tables
+    launch.tenant("bare", migrated=False)
+    cases.append((["ctl", "restart", bare], 2, "run `stator migrate APP`"))
+    for args, code, message in cases:
+        done = launch.cli(*args)
+        assert done.returncode == code, (args, done.stdout, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+def test_the_readme_example_runs(launch: Launch) -> None:
+    text = README.read_text()
+    section = text[text.index("## The launcher"):text.index("## Performance")]
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example is not None
+    url = launch.tenant("readme")
+    engine = launch.stator(url).engine
+    code = example.group(1).replace("timeout=10", "timeout=0.05")  # no launcher will answer
+    namespace = {"Session": Session, "engine": engine, "log": logging.getLogger("readme")}
+    exec(compile(code, "README.md", "exec"), namespace)
+    with engine.connect() as conn:
+        assert conn.execute(messages_table.select()).one().kind == "restart"
