@@ -38,11 +38,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
-def torture_setting(name: str, default: int) -> int:
-    """A size of the long run, from ``STATOR_TORTURE_<NAME>`` (set by the torture script)."""
-    return int(os.environ.get(f"STATOR_TORTURE_{name}", default))
-
-
 @pytest.fixture
 def pg_cluster() -> Iterator[Cluster]:
     """A private PostgreSQL cluster the test may stop and restart; always deleted after."""

@@ -2,7 +2,8 @@
 running or results not yet written), and workers that SIGKILL themselves at a random commit,
 just before or just after it (mid-write).  Each dead worker is replaced; every row still ends
 in ``done`` with each transition committed exactly once, and the rows a dead worker held are
-committed again within a bounded wait after their lease runs out.
+due again (or running again elsewhere) within a bounded wait once their lease runs out; the
+figures say how long that took.
 
 This is the short version; ``test_torture.py`` is the long one (kills together with
 PostgreSQL restarts or SQLite lock holds), run by ``python benchmarks/torture.py``.

@@ -39,11 +39,12 @@ def test_postgresql_restarts_under_running_workers(
     assert figures.rows_lost == 0 and figures.applied_twice == 0, figures.summary()
     assert_exactly_once(cluster_app, load.rows)
     assert figures.processes == 3, "a worker died during the outages"
-    noticed = 0
     for proc in cluster_app.procs:
         logged = outage_lines(proc)
-        stderr = proc.stderr()
-        assert "Traceback" not in stderr, proc.describe()
+        assert "Traceback" not in proc.stderr(), proc.describe()
+        # The coordinator, busy claiming, meets every restart: one line as it starts and one
+        # as it ends.  The writer and the listener meet some of them, and say so once each.
+        assert logged[("worker", "unavailable")] == figures.db_restarts, proc.describe()
         for activity in ("worker", "writer", "wake-up listener"):
             down = logged[(activity, "unavailable")]
             assert down <= figures.db_restarts, (
@@ -51,8 +52,6 @@ def test_postgresql_restarts_under_running_workers(
                 f"{figures.db_restarts} restarts\n{proc.describe()}"
             )
             assert logged[(activity, "reachable")] == down, proc.describe()
-            noticed += down
-    assert noticed >= 1, "no worker noticed the restarts\n" + cluster_app.describe()
 
 
 def test_sqlite_lock_contention_never_crashes_a_worker(proc_app: ProcApp) -> None:

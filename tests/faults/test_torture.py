@@ -10,6 +10,7 @@ It ends like every fault test, by checking every row and the ledger, and reports
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -20,10 +21,14 @@ import pytest
 from processes.procs import ProcApp, assert_exactly_once
 
 from .cluster import Cluster
-from .conftest import torture_setting
 from .load import Load, outage_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.torture]
+
+
+def torture_setting(name: str, default: int) -> int:
+    """A size of the long run, from ``STATOR_TORTURE_<NAME>`` (set by the torture script)."""
+    return int(os.environ.get(f"STATOR_TORTURE_{name}", default))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
