@@ -31,6 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 REPORT = HERE / "RESULTS.md"
+KEPT = "<!-- kept: sections below are written by hand from other scripts; report.py keeps them -->"
 PLOT = HERE / "throughput.png"
 PEERS = RESULTS / "peers.jsonl"
 DEFAULT_PG = os.environ.get("STATOR_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -261,12 +262,18 @@ def main_table(lines: list[Line]) -> str:
                     v("throughput", "transitions_per_second", processes=2)),
         per_backend("engine, 4 worker processes (transitions/s)",
                     v("throughput", "transitions_per_second", processes=4)),
-        per_backend("raw claim + write-back loop, batch 100 (transitions/s)",
-                    v("limit", "transitions_per_second", batch_size=100)),
-        per_backend("raw claim + write-back loop, batch 500 (transitions/s)",
-                    v("limit", "transitions_per_second", batch_size=500)),
-        per_backend("**engine / limit** (1 process, batch 100)",
-                    v("limit", "engine_vs_limit", batch_size=100)),
+        per_backend("minimal claim + fenced write-back loop, batch 100 (transitions/s)",
+                    v("limit", "transitions_per_second", batch_size=100, loop="minimal")),
+        per_backend("minimal loop, batch 500 (transitions/s)",
+                    v("limit", "transitions_per_second", batch_size=500, loop="minimal")),
+        per_backend("Stator's own SQL in the same loop, batch 100 (transitions/s)",
+                    v("limit", "transitions_per_second", batch_size=100, loop="stator-sql")),
+        per_backend("**engine / minimal loop** (1 process, batch 100)",
+                    v("limit", "engine_vs_limit", batch_size=100, loop="minimal")),
+        per_backend("engine / Stator's own SQL (1 process, batch 100)",
+                    v("limit", "engine_vs_limit", batch_size=100, loop="stator-sql")),
+        per_backend("minimal loop: database CPU s per 1,000 transitions",
+                    v("limit", "db_cpu_s_per_1000", batch_size=100, loop="minimal")),
         per_backend("worker CPU s per 1,000 transitions (1 process)",
                     v("throughput", "worker_cpu_s_per_1000", processes=1)),
         per_backend("database CPU s per 1,000 transitions (1 process; backends)",
@@ -323,8 +330,8 @@ def targets(lines: list[Line], peers: list[Line]) -> list[Target]:
     found: list[Target] = []
     engine = {b: value(lines, "throughput", b, "transitions_per_second", processes=1)
               for b in BACKENDS}
-    limit = {b: value(lines, "limit", b, "transitions_per_second", batch_size=100)
-             for b in BACKENDS}
+    limit = {b: value(lines, "limit", b, "transitions_per_second", batch_size=100,
+                      loop="minimal") for b in BACKENDS}
     pgq, pgq_src = peer_figure(peers, "pgqueuer", "default")
     graphile, graphile_src = peer_figure(peers, "graphile-worker", "batched")
     huey, huey_src = peer_figure(peers, "huey", "default")
@@ -436,7 +443,8 @@ def plot(lines: list[Line], path: Path) -> None:
         if runs:
             left.plot([r["processes"] for r in runs], [r["transitions_per_second"] for r in runs],
                       "o-", color=colours[backend], label=f"{NAMES[backend]}: engine")
-        raw = value(lines, "limit", backend, "transitions_per_second", batch_size=100)
+        raw = value(lines, "limit", backend, "transitions_per_second", batch_size=100,
+                    loop="minimal")
         if raw:
             left.axhline(raw, linestyle="--", color=colours[backend], alpha=0.6,
                          label=f"{NAMES[backend]}: raw loop, batch 100")
@@ -588,10 +596,18 @@ def main() -> None:
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"machine": machine(None)}
     lines = [line for b in BACKENDS for line in load(RESULTS / f"{b}.jsonl")]
-    REPORT.write_text(render(lines, load(PEERS), meta))
+    REPORT.write_text(render(lines, load(PEERS), meta) + kept_sections())
     plot(lines, PLOT)
     print(f"wrote {REPORT.relative_to(HERE.parent)} and {PLOT.relative_to(HERE.parent)}",
           file=sys.stderr)
+
+
+def kept_sections() -> str:
+    """The sections other scripts measured (benchmarks/hosts.py, torture.py), kept as written:
+    everything from the KEPT marker to the end of the current report."""
+    text = REPORT.read_text() if REPORT.exists() else ""
+    at = text.find(KEPT)
+    return "" if at < 0 else "\n" + text[at:]
 
 
 def _load() -> str:

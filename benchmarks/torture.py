@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,10 @@ def main() -> int:
                         "of them self-inflicted at a random commit)")
     parser.add_argument("--restarts", type=int, default=2, help="PostgreSQL restarts")
     parser.add_argument("--locks", type=int, default=2, help="SQLite lock holds")
+    parser.add_argument("--flaky", type=int, default=0, metavar="N", help="every N-th row: "
+                        "step b says 'not yet' once and step c fails once")
+    parser.add_argument("--overrun", type=int, default=0, metavar="N", help="every N-th "
+                        "row: step a's first attempt overruns its deadline")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="stator-torture-") as tmp:
@@ -67,6 +72,7 @@ def main() -> int:
             "STATOR_TORTURE_KILLS": str(args.kills),
             "STATOR_TORTURE_RESTARTS": str(args.restarts),
             "STATOR_TORTURE_LOCKS": str(args.locks),
+            "STATOR_TORTURE_FLAKY": str(args.flaky), "STATOR_TORTURE_OVERRUN": str(args.overrun),
         }
         command = [sys.executable, "-m", "pytest", TEST, "-p", "no:cacheprovider", "-q", "-s"]
         if args.backend != "both":
@@ -99,6 +105,11 @@ def print_report(results: list[dict[str, Any]]) -> None:
             f"{cause}: {recovered:.1f}s (re-run {rerun:.1f}s)"
             for cause, recovered, rerun in slowest
         ))
+    for result in results:
+        recovered = sorted(r[1] for r in result["recoveries"])
+        if recovered:
+            print(f"  [{result['backend']}] recovery after {len(recovered)} faults: p50 "
+                  f"{statistics.median(recovered):.1f}s, max {recovered[-1]:.1f}s")
     bad = [r for r in results if r["rows_lost"] or r["applied_twice"]]
     print("  verdict: " + ("FAILED: rows lost or transitions applied twice" if bad
                            else "nothing lost, nothing applied twice"))

@@ -6,6 +6,7 @@ shared server itself is never restarted or reconfigured.
 """
 
 import os
+import random
 import secrets
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,32 +16,16 @@ from typing import Any
 import psycopg
 import pytest
 from hypothesis import settings
-from sqlalchemy import JSON, URL, String, make_url
+from sqlalchemy import JSON, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from pgserver import PG_ADMIN_URL, _pg_connect, _pg_url
 from stator import ManualClock, StateGraph, Stator
 from stator.sqlalchemy import StatorMixin
-
-# The server to use, as a URL to its maintenance database (trust auth by default).
-PG_ADMIN_URL = make_url(
-    os.environ.get("STATOR_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-)
 
 # Property tests must not leave an example database behind in the working tree.
 settings.register_profile("stator", database=None, deadline=None)
 settings.load_profile("stator")
-
-
-def _pg_url(database: str) -> URL:
-    return PG_ADMIN_URL.set(drivername="postgresql+psycopg", database=database)
-
-
-def _pg_connect(database: str) -> psycopg.Connection[Any]:
-    url = _pg_url(database)
-    return psycopg.connect(
-        host=url.host, port=url.port or 5432, user=url.username, password=url.password,
-        dbname=database, connect_timeout=5, autocommit=True,
-    )
 
 
 @pytest.fixture(scope="session")
@@ -151,3 +136,18 @@ def make_stator(backend: str) -> Iterator[Callable[..., Stator]]:
     yield make
     for stator in made:
         stator.dispose()
+
+
+DEFAULT_SEED = 20261123
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """Random numbers for a test, from a fixed seed (``STATOR_TEST_SEED`` to change it),
+    printed with the test's report when it fails so the same draw can be repeated."""
+    seed = int(os.environ.get("STATOR_TEST_SEED", DEFAULT_SEED))
+    request.node.add_report_section(
+        "call", "random seed", f"random numbers drawn with seed {seed}: rerun with "
+        f"STATOR_TEST_SEED={seed} to repeat them",
+    )
+    return random.Random(seed)

@@ -99,12 +99,15 @@ def check_throughput(lines: list[dict[str, Any]], postgres: bool) -> None:
 
 
 def check_limit(lines: list[dict[str, Any]]) -> None:
-    (line,) = lines
-    assert line["batch_size"] == 100
-    assert line["transitions_per_second"] > 0
-    assert line["claim_ms"] > 0 and line["write_ms"] > 0
-    assert line["engine_transitions_per_second"] > 0
-    assert line["engine_vs_limit"] > 0
+    # The minimal loop (the floor) first, then Stator's own statements; both complete.
+    assert [line["loop"] for line in lines] == ["minimal", "stator-sql"]
+    for line in lines:
+        assert line["batch_size"] == 100
+        assert line["complete"]
+        assert line["transitions_per_second"] > 0
+        assert line["claim_ms"] > 0 and line["write_ms"] > 0
+        assert line["engine_transitions_per_second"] > 0
+        assert line["engine_vs_limit"] > 0
 
 
 def check_latency(lines: list[dict[str, Any]]) -> None:
@@ -155,10 +158,11 @@ def test_cli_prints_json_lines_and_tables(tmp_path: Any) -> None:
     assert as_json.exit_code == 0, as_json.output
     lines = [json.loads(line) for line in as_json.stdout.splitlines() if line.startswith("{")]
     # The limit scenario measures the engine too when throughput was not run, for its ratio.
-    assert [line["scenario"] for line in lines] == ["throughput", "limit", "limit"]
+    assert [line["scenario"] for line in lines] == ["throughput"] + ["limit"] * 4
     human = runner.invoke(cli, args)
     assert human.exit_code == 0, human.output
     assert "stator bench: limit (sqlite)" in human.stdout
+    assert "minimal," in human.stdout and "stator-sql," in human.stdout
 
 
 @pytest.mark.parametrize("args", [

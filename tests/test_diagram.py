@@ -197,3 +197,33 @@ def test_graphviz_accepts_the_dot_output() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "<svg" in result.stdout
+
+
+class Payment(StateGraph):
+    """Both a handler's edge and the engine's timeout lead from pending to cancelled."""
+
+    pending = State(max_attempts=2)
+    cancelled = State()
+
+    pending.transitions_to(cancelled)
+    pending.times_out_to(cancelled, seconds=3600)
+    pending.fails_to(cancelled)
+
+    @classmethod
+    def check_pending(cls, row: object) -> None:
+        return None
+
+
+def test_mermaid_draws_each_way_between_the_same_states() -> None:
+    text = to_mermaid([Payment])
+    edges = re.findall(r"^\s*Payment__pending --> Payment__cancelled(.*)$", text, re.MULTILINE)
+    assert sorted(edges) == sorted(["", " : after 1h", " : after 2 failures"])
+
+
+def test_dot_draws_each_way_between_the_same_states() -> None:
+    text = to_dot([Payment])
+    edges = re.findall(r'"Payment.pending" -> "Payment.cancelled"(.*);', text)
+    assert len(edges) == 3
+    assert sum("dashed" in e and "after 1h" in e for e in edges) == 1
+    assert sum("firebrick" in e and "after 2 failures" in e for e in edges) == 1
+    assert sum(e == "" for e in edges) == 1

@@ -56,8 +56,11 @@ def test_migrate_creates_everything_once_and_says_what_it_did(unmigrated):
 
 
 def test_check_without_stator_tables(unmigrated):
+    stator = unmigrated()
+    with stator.engine.connect():
+        pass  # the database exists (on SQLite: the file), without Stator's tables
     with pytest.raises(SchemaError, match=r"no Stator tables.*stator migrate"):
-        unmigrated().check()
+        stator.check()
 
 
 def test_check_with_a_missing_tracked_table(unmigrated, backend, clock, build_models):

@@ -50,8 +50,12 @@ async function enqueue(utils, jobs) {
   return secondsSince(start);
 }
 
-/** Run one worker pool until it has executed `jobs` jobs, then stop it; returns the count. */
-async function work(target, jobs, settings) {
+/**
+ * Run one worker pool until it has executed `jobs` jobs and recorded them all as done (a job
+ * counts as done once graphile-worker has deleted it: the task function returning is not
+ * enough, its completion is written afterwards), then stop it; returns the count.
+ */
+async function work(utils, target, jobs, settings) {
   let completed = 0;
   let finish;
   const allDone = new Promise((resolve) => {
@@ -69,8 +73,17 @@ async function work(target, jobs, settings) {
     preset: { worker: { connectionString: target, ...settings } },
   });
   await allDone;
+  await completionsWritten(utils);
   await runner.stop();
   return completed;
+}
+
+/** Wait (up to a minute) until the queue table is empty: the last completions are written. */
+async function completionsWritten(utils) {
+  const deadline = Date.now() + 60_000;
+  while ((await remainingJobs(utils)) > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }
 
 /** Jobs still in the queue table (completed jobs are deleted by graphile-worker). */
@@ -87,7 +100,7 @@ async function main() {
   try {
     const enqueueSeconds = await enqueue(utils, jobs);
     const start = process.hrtime.bigint();
-    const completed = await work(target, jobs, settings);
+    const completed = await work(utils, target, jobs, settings);
     const seconds = secondsSince(start);
     const remaining = await remainingJobs(utils);
     const result = { version, enqueue_seconds: enqueueSeconds, seconds, completed, remaining };

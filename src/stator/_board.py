@@ -1,4 +1,5 @@
-"""The worker board: one object that every thread of a worker reports its state to (seed 004).
+"""The worker board: one object that every thread of a worker reports its state to
+(after HarvestMan's design).
 
 Threads never poll each other.  They report state changes here; whoever needs to react (the
 coordinator, the main thread watching for signals) waits on the board's condition and is
@@ -9,7 +10,6 @@ is quiet" is a count, not a guess from queue lengths.
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from enum import StrEnum
 
 
@@ -30,14 +30,12 @@ class Board:
         self._states: dict[str, ThreadState] = {}
         self.handed_out = 0  # rows given to handler threads
         self.taken_back = 0  # rows whose outcome came back
-        self.transitions = Counter[str]()  # how often each thread state was entered
 
     def report(self, thread: str, state: ThreadState, notify: bool = True) -> None:
         """Record a thread's new state.  Routine states (waiting/running) are recorded without
         waking anyone; the ones a watcher must act on (died, abandoned, stopped) wake it."""
         with self.condition:
             self._states[thread] = state
-            self.transitions[state] += 1
             if notify:
                 self.condition.notify_all()
 

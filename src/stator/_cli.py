@@ -26,20 +26,25 @@ import click
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from ._board import ThreadState
+from ._outage import Outage, is_transient
 from ._stator import Stator
 from ._worker import COORDINATOR, RunSummary, Worker
 from .errors import ConfigError, StatorError
 
-err = Console(stderr=True)
-out = Console()
+# Markup off: every text printed here may come from users, databases or exceptions, and rich
+# would eat anything in it that looks like a tag ("[postgresql]") or die on it ("[/x]").
+err = Console(stderr=True, markup=False)
+out = Console(markup=False, soft_wrap=True)  # a line piped to a file is not cut at 80
 log = logging.getLogger("stator")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False,
+              soft_wrap=True)
     sys.exit(code)
 
 
@@ -166,25 +171,62 @@ def migrate(app: str, db: str | None) -> None:
 @click.option("--exclude", multiple=True, metavar="NAME", help="All models but these.")
 @click.option("--liveness-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Touched on every heartbeat, for container liveness probes.")
+@click.option("--listen-url", metavar="URL",
+              help="PostgreSQL behind a pooler: a direct connection for wake-ups.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the worker's Prometheus metrics on this port (needs the "
+                   "dashboard extra).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics port listens on (0.0.0.0: every interface).")
 def run(
     app: str, db: str | None, concurrency: int | None, batch_size: int | None,
     until_idle: bool, idle_window: float, run_for: float | None, models: tuple[str, ...],
-    exclude: tuple[str, ...], liveness_file: Path | None, log_level: str,
+    exclude: tuple[str, ...], liveness_file: Path | None, listen_url: str | None,
+    log_level: str, metrics_port: int | None, metrics_host: str,
 ) -> None:
     """Run a worker.  Ctrl-C or SIGTERM once: finish running handlers, hand back the rest,
-    exit 0.  Ctrl-C twice: exit at once (leases expire; nothing is lost)."""
+    exit 0.  A second Ctrl-C or SIGTERM: exit 130 at once (leases expire; nothing is lost)."""
     _setup_logging(log_level)
     with user_errors():
         stator = load_app(app, db)
+        serve_metrics(metrics_port, metrics_host)
         if batch_size:
             stator.batch_size = batch_size
-        worker = stator.worker(
-            concurrency=concurrency, until_idle=until_idle, idle_window=idle_window,
-            run_for=run_for, models=_split(models), exclude=_split(exclude),
-            liveness_file=liveness_file,
-        )
+        if listen_url:
+            stator.listen_url = listen_url
+
+        def make_worker() -> Worker:
+            return stator.worker(
+                concurrency=concurrency, until_idle=until_idle, idle_window=idle_window,
+                run_for=run_for, models=_split(models), exclude=_split(exclude),
+                liveness_file=liveness_file,
+            )
+
+        # A worker that runs until stopped waits for a database that is down at start (a
+        # service started before its database); one-off runs fail fast instead.
+        found = make_worker() if until_idle else _when_reachable(make_worker)
+    if found is None:
+        log.info("stopped before the database could be reached", extra={"action": "worker_stop"})
+        return
+    serve(stator, found)
+
+
+def serve_metrics(port: int | None, host: str = "127.0.0.1") -> None:
+    """Serve the worker's Prometheus metrics if a port is given (``stator run`` and
+    ``manage.py runstator``); without one, metrics cost nothing (see ``_metrics``)."""
+    if port is None:
+        return
+    from . import _metrics
+
+    _metrics.serve(port, host)
+    log.info("metrics on http://%s:%d/metrics", host, port, extra={"action": "metrics_start"})
+
+
+def serve(stator: Stator, worker: Worker) -> RunSummary:
+    """Run a worker until it stops, logging its start and end (``stator run``, and Django's
+    ``manage.py runstator``)."""
     log.info(
         "worker %s: %s on %s, concurrency %d", worker.id,
         ", ".join(t.name for t in worker.tracked), stator.url, worker.options.concurrency,
@@ -196,11 +238,61 @@ def run(
         worker.id, summary.reason, summary.processed, summary.transitions, summary.seconds,
         extra={"action": "worker_stop"},
     )
+    return summary
+
+
+def _force_exit(message: str) -> NoReturn:
+    err.print(message, highlight=False)
+    os._exit(130)
+
+
+@contextmanager
+def stop_signals(stop: Callable[[str], None], forced: str) -> Iterator[None]:
+    """SIGINT or SIGTERM once: ``stop`` gracefully.  A second one of either: exit 130 at
+    once, printing ``forced``.  The previous handlers are restored afterwards."""
+    received = 0
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        name = signal.Signals(signum).name
+        if received > 1:
+            _force_exit(forced)
+        log.info("received %s: stopping gracefully (Ctrl-C or SIGTERM again to force)", name,
+                 extra={"action": "signal"})
+        stop(f"signal {name}")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _when_reachable(make: Callable[[], Worker]) -> Worker | None:
+    """``make()`` once the database can be reached: a line when it cannot, one a minute
+    while it stays so, backoff in between; None if SIGINT or SIGTERM came first."""
+    outage = Outage("stator run", remind_every=60.0)
+    stopped = threading.Event()
+    with stop_signals(lambda _reason: stopped.set(), "forced exit"):
+        while True:
+            try:
+                made = make()
+            except DBAPIError as exc:
+                if not is_transient(exc):
+                    raise
+                if stopped.wait(outage.failed(exc)):
+                    return None
+                continue
+            outage.recovered()
+            return made
 
 
 def _run_with_signals(worker: Worker) -> RunSummary:
     """Run the worker off the main thread; the main thread waits on the worker's board with a
-    short timeout (seed 004) so signals, which Python delivers only to it, still arrive."""
+    short timeout (HarvestMan's design) so signals, which Python delivers only to it, still
+    arrive."""
     result: list[RunSummary] = []
     failure: list[BaseException] = []
 
@@ -210,28 +302,15 @@ def _run_with_signals(worker: Worker) -> RunSummary:
         except BaseException as exc:
             failure.append(exc)
             worker.board.poke()
+        finally:
+            worker.store.thread_done()
 
-    interrupts = 0
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1 and signum == signal.SIGINT:
-            err.print("forced exit: leases will expire and the rows will be run again")
-            os._exit(130)
-        log.info("received %s: stopping gracefully (Ctrl-C again to force)",
-                 signal.Signals(signum).name, extra={"action": "signal"})
-        worker.stop(f"signal {signal.Signals(signum).name}")
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    thread = threading.Thread(target=target, name="stator-coordinator")
-    thread.start()
-    try:
+    forced = "forced exit: leases will expire and the rows will be run again"
+    with stop_signals(worker.stop, forced):
+        thread = threading.Thread(target=target, name="stator-coordinator")
+        thread.start()
         while thread.is_alive() and worker.board.state_of(COORDINATOR) != ThreadState.STOPPED:
             worker.board.wait(0.5)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     thread.join()
     if failure:
         exc = failure[0]
@@ -248,6 +327,10 @@ def status(app: str, db: str | None, as_json: bool) -> None:
     """Rows per model and state, what is due, recent throughput and errors, live workers."""
     with user_errors():
         report = load_app(app, db).status()
+    print_status(report, as_json)
+
+
+def print_status(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
@@ -264,7 +347,8 @@ def _print_status(report: dict[str, Any]) -> None:
                                       "oldest_due_seconds": None, "failing": 0}]:
             age = s["oldest_due_seconds"]
             table.add_row(
-                model["model"], s["state"], s["role"], str(s["rows"]), str(s["due"]),
+                model["model"], s["state"], s["role"],
+                ("≈" if s.get("estimated") else "") + str(s["rows"]), str(s["due"]),
                 "" if age is None else f"{age:.1f}s", str(s["failing"]),
             )
     out.print(table)
@@ -295,10 +379,14 @@ def _print_status(report: dict[str, Any]) -> None:
               show_default=True)
 def graph(app: str, db: str | None, fmt: str) -> None:
     """Print the state graphs as a Mermaid or Graphviz diagram."""
-    from ._diagram import to_dot, to_mermaid
-
     with user_errors():
         stator = load_app(app, db)
+    print_graphs(stator, fmt)
+
+
+def print_graphs(stator: Stator, fmt: str) -> None:
+    from ._diagram import to_dot, to_mermaid
+
     graphs = list(dict.fromkeys(m.state_graph for m in stator.models))  # type: ignore[attr-defined]
     click.echo(to_mermaid(graphs) if fmt == "mermaid" else to_dot(graphs))
 
@@ -307,7 +395,7 @@ def graph(app: str, db: str | None, fmt: str) -> None:
 
 
 def _restart_launcher(stator: Stator) -> list[str]:
-    """After a migration: tell the launcher (seed 003: CREATE/ALTER EXTENSION send restart),
+    """After a migration: tell the launcher (as TimescaleDB's CREATE/ALTER EXTENSION send restart),
     so a scheduler disabled for lack of schema starts, and a running one picks up the new
     schema.  A failure here does not undo the migration; it is reported."""
     from ._launcher import send_message
@@ -318,8 +406,10 @@ def _restart_launcher(stator: Stator) -> list[str]:
         sent = send_message(stator.engine, "restart")
     except (DBAPIError, StatorError) as exc:
         return [f"could not send restart to the launcher: {exc}"]
-    poke(DEFAULT_PLACE, key_of(stator.engine.url))
-    return [f"sent restart to the launcher (message {sent.id})"]
+    if poke(DEFAULT_PLACE, key_of(stator.engine.url)):
+        return [f"sent restart to the launcher (message {sent.id})"]
+    return [f"left restart message {sent.id} for a launcher (none runs from this directory; "
+            "one running elsewhere acts on it)"]
 
 
 def _control_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -375,7 +465,7 @@ def launcher(
     listen_max: int, concurrency: int | None, log_level: str,
 ) -> None:
     """Run one scheduler per database, within --max-workers slots.  Ctrl-C or SIGTERM:
-    stop every scheduler gracefully and exit."""
+    stop every scheduler gracefully and exit; a second one: exit 130 at once."""
     from ._launcher import Launcher, LauncherOptions
 
     _setup_logging(log_level)
@@ -388,24 +478,9 @@ def launcher(
             backoff_floor=backoff_floor, backoff_max=backoff_max, listen_max=listen_max,
             concurrency=concurrency, log_level=log_level.upper(),
         ), stator.models)
-        interrupts = 0
-
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            nonlocal interrupts
-            interrupts += 1
-            if interrupts > 1 and signum == signal.SIGINT:
-                err.print("forced exit: each scheduler stops by itself once the launcher is gone")
-                os._exit(130)
-            log.info("received %s: stopping every scheduler gracefully (Ctrl-C again to force)",
-                     signal.Signals(signum).name, extra={"action": "signal"})
-            the_launcher.stop(f"signal {signal.Signals(signum).name}")
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        forced = "forced exit: each scheduler stops by itself once the launcher is gone"
+        with stop_signals(the_launcher.stop, forced):
             the_launcher.run()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
     log.info("launcher stopped", extra={"action": "launcher_stop"})
 
 
@@ -453,10 +528,13 @@ def ctl(message: str, database_url: str, wait: float | None, control: Path) -> N
 def launcher_status(as_json: bool, control: Path) -> None:
     """Each database of the launcher on --control: state, slot, scheduler pid, uptime,
     restarts, last error.  Exit code 1 if no launcher is running there."""
-    from ._launcher._report import render, status_report
+    from ._launcher._report import NoLauncherState, render, status_report
 
     with user_errors():
-        report = status_report(control)
+        try:
+            report = status_report(control)
+        except NoLauncherState as exc:
+            fail(str(exc), 1)  # no launcher running there: the documented exit code
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -467,7 +545,7 @@ def launcher_status(as_json: bool, control: Path) -> None:
 
 @cli.command("launcher-scheduler", hidden=True)
 @click.argument("app")
-@click.option("--db", required=True, metavar="URL")
+@click.option("--db", required=True, metavar="URL", envvar="STATOR_SCHEDULER_DB")
 @click.option("--idle-window", type=click.FloatRange(min=0), default=5.0)
 @click.option("--lifeline", type=int, default=None)
 @click.option("--after-message", type=int, default=None)
@@ -479,7 +557,8 @@ def launcher_scheduler(
     concurrency: int | None, log_level: str,
 ) -> None:
     """One database's scheduler, started by `stator launcher`: exit 3 at once without a
-    Stator schema; otherwise a worker until nothing is due within --idle-window (exit 0)."""
+    Stator schema; otherwise a worker until nothing is due within --idle-window (exit 0).
+    The launcher passes the URL in STATOR_SCHEDULER_DB, so no command line shows it."""
     from ._launcher._children import EXIT_NO_SCHEMA
     from ._launcher._scheduler import follow_sender, watch_lifeline
     from .errors import SchemaError
@@ -547,8 +626,16 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 def _setup_logging(level: str) -> None:
-    handler = RichHandler(console=err, show_path=False, rich_tracebacks=False)
-    logging.basicConfig(level=level.upper(), format="%(message)s", handlers=[handler])
+    """Rich's columns on a terminal; plain lines (no wrapping, no padding) in log files."""
+    handler: logging.Handler
+    if err.is_terminal:
+        handler = RichHandler(console=err, show_path=False, rich_tracebacks=False)
+        logging.basicConfig(level=level.upper(), format="%(message)s", handlers=[handler])
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 @cli.command()
@@ -578,7 +665,7 @@ def bench(
         sizes = sizes.with_processes(_process_counts(processes))
         results = run_bench(
             db, _split(scenarios), sizes, concurrency=concurrency, batch_size=batch_size,
-            progress=lambda message: err.print(f"[dim]{message}[/]", highlight=False),
+            progress=lambda message: err.print(Text(message, style="dim"), highlight=False),
         )
         shown: list[dict[str, Any]] = []
         for line in results:
@@ -618,9 +705,11 @@ def _bench_table(lines: list[dict[str, Any]]) -> Table:
                   title_justify="left")
     table.add_column("")
     for line in lines:
-        table.add_column(f"{label.replace('_', ' ')} {_bench_cell(line[label])}" if label
-                         else scenario, justify="right")
-    skip = {"scenario", "backend", label}
+        heading = f"{label.replace('_', ' ')} {_bench_cell(line[label])}" if label else scenario
+        if "loop" in line:  # limit: the minimal loop or Stator's own statements
+            heading = f"{line['loop']}, {heading}"
+        table.add_column(heading, justify="right")
+    skip = {"scenario", "backend", "loop", label}
     keys = [k for k in lines[0] if k not in skip and not isinstance(lines[0][k], list)]
     for key in keys:
         table.add_row(key.replace("_", " "), *(_bench_cell(line.get(key)) for line in lines))
@@ -639,3 +728,84 @@ def _bench_cell(value: Any) -> str:
             return f"{value:,.0f}"
         return f"{value:.2f}" if abs(value) >= 1 else f"{value:.4f}"
     return str(value)
+
+
+# -- the dashboard (stator.dashboard) ---------------------------------------------------------
+
+
+@cli.command()
+@app_command
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--token", envvar="STATOR_DASHBOARD_TOKEN", default=None,
+              help="Enables actions (retry, move, pause); also from STATOR_DASHBOARD_TOKEN. "
+                   "Without it the dashboard is read-only.")
+@_control_option
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def dashboard(
+    app: str, db: str | None, host: str, port: int, token: str | None, control: Path,
+    log_level: str,
+) -> None:
+    """Serve a web dashboard (and /metrics) for APP's models."""
+    _setup_logging(log_level)
+    serve_dashboard(lambda: load_app(app, db), host, port, token, control, log_level)
+
+
+def serve_dashboard(
+    make: Callable[[], Stator], host: str, port: int, token: str | None, control: Path | None,
+    log_level: str = "WARNING",
+) -> None:
+    """Check, bind and serve the dashboard (``stator dashboard``, ``manage.py stator
+    dashboard``): every mistake is one ``error:`` line, exit 2."""
+    with user_errors():
+        if not token and not _is_loopback(host):
+            raise ConfigError(
+                f"refusing to serve the dashboard on {host} without a token: anyone who can "
+                "reach it could read your rows; pass --token (or STATOR_DASHBOARD_TOKEN), "
+                "or use --host 127.0.0.1"
+            )
+        try:
+            import uvicorn
+
+            from .dashboard import create_app
+        except ImportError as exc:
+            raise ConfigError(f"the dashboard needs its extra ({exc.name} is missing): "
+                              "pip install 'stator-engine[dashboard]'") from None
+        stator = make()
+        stator.check()
+        sock = _listen(host, port)
+        web = create_app(stator, token=token or None, launcher_control=control)
+    out.print(f"Stator dashboard on http://{host}:{sock.getsockname()[1]}/ "
+              f"({'actions enabled' if token else 'read-only'})", highlight=False)
+    config = uvicorn.Config(web, log_level=log_level.lower(), access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _listen(host: str, port: int) -> Any:
+    """A listening socket on host:port, bound here so a port in use is one error line."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

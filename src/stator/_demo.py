@@ -319,7 +319,7 @@ def _run_worker(
         _watch(stator, remote, run, title, console)
     except KeyboardInterrupt:
         interrupted = True
-        console.print("[yellow]Interrupted: letting running handlers finish...[/]")
+        console.print(Text("Interrupted: letting running handlers finish...", style="yellow"))
         worker.stop("interrupted")
         run.done.wait()
     thread.join()

@@ -68,17 +68,22 @@ def _retry_note(state: State) -> str:
     return note
 
 
-def edge_label(source: State, target: State) -> str:
-    """What makes the engine itself take an edge; empty for edges a handler or the
-    application chooses."""
-    labels: list[str] = []
+def edge_kinds(source: State, target: State) -> list[tuple[str, str]]:
+    """Each way from ``source`` to ``target`` as (kind, label), one drawn edge each: a
+    handler's or the application's choice (``chosen``, unlabelled), the engine's timeout
+    (``timed``) and its give-up after failures (``exhausted``).  Two ways between the same
+    states are two edges, or a reader would miss one of them."""
+    kinds: list[tuple[str, str]] = []
+    if target in source.direct_targets:
+        kinds.append(("chosen", ""))
     timed = source.timed_edge
     if timed is not None and timed.target is target:
-        labels.append(f"after {format_seconds(timed.seconds)}")
-    if source.exhausted_to is target and source.max_attempts is not None:
-        noun = "failure" if source.max_attempts == 1 else "failures"
-        labels.append(f"after {source.max_attempts} {noun}")
-    return " or ".join(labels)
+        kinds.append(("timed", f"after {format_seconds(timed.seconds)}"))
+    if source.exhausted_to is target:
+        attempts = source.max_attempts
+        noun = "failure" if attempts == 1 else "failures"
+        kinds.append(("exhausted", f"after {attempts} {noun}" if attempts else "exhausted"))
+    return kinds or [("chosen", "")]
 
 
 def _ids(graphs: Sequence[type[StateGraph]]) -> list[str]:
@@ -124,9 +129,9 @@ def _mermaid_graph(gid: str, graph: type[StateGraph]) -> Iterator[str]:
             yield f"    {sid(state)} : {_mermaid_text(note)}"
     yield f"    [*] --> {sid(graph.initial_state)}"
     for source, target in graph.edges():
-        label = edge_label(source, target)
-        suffix = f" : {_mermaid_text(label)}" if label else ""
-        yield f"    {sid(source)} --> {sid(target)}{suffix}"
+        for _kind, label in edge_kinds(source, target):
+            suffix = f" : {_mermaid_text(label)}" if label else ""
+            yield f"    {sid(source)} --> {sid(target)}{suffix}"
     for state in graph.states.values():
         if state.terminal:
             yield f"    {sid(state)} --> [*]"
@@ -175,9 +180,10 @@ def _dot_graph(gid: str, graph: type[StateGraph]) -> Iterator[str]:
         yield f"    {nid(state)} [{_dot_attrs(_dot_node_attrs(state))}];"
     yield f"    {start} -> {nid(graph.initial_state)};"
     for source, target in graph.edges():
-        attrs = _dot_edge_attrs(source, target)
-        tail = f" [{_dot_attrs(attrs)}]" if attrs else ""
-        yield f"    {nid(source)} -> {nid(target)}{tail};"
+        for kind, label in edge_kinds(source, target):
+            attrs = _dot_edge_attrs(kind, label)
+            tail = f" [{_dot_attrs(attrs)}]" if attrs else ""
+            yield f"    {nid(source)} -> {nid(target)}{tail};"
 
 
 def _dot_node_attrs(state: State) -> dict[str, str]:
@@ -189,15 +195,13 @@ def _dot_node_attrs(state: State) -> dict[str, str]:
     return attrs
 
 
-def _dot_edge_attrs(source: State, target: State) -> dict[str, str]:
+def _dot_edge_attrs(kind: str, label: str) -> dict[str, str]:
     attrs: dict[str, str] = {}
-    label = edge_label(source, target)
     if label:
         attrs["label"] = label
-    timed = source.timed_edge
-    if timed is not None and timed.target is target:
+    if kind == "timed":
         attrs["style"] = "dashed"
-    if source.exhausted_to is target:
+    if kind == "exhausted":
         attrs["color"] = attrs["fontcolor"] = "firebrick"
     return attrs
 

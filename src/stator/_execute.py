@@ -12,15 +12,15 @@ import asyncio
 import inspect
 import threading
 import traceback
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from sqlalchemy import Engine, event
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from . import _policy
 from ._clock import Clock
+from ._outage import is_transient
 from ._policy import Claimed, Failed, Moved, Outcome, Stayed, Write
 from ._store import BEGIN_OPTION, Store, TrackedModel
 from .errors import TryAgainLater
@@ -63,21 +63,45 @@ class Task:
             return True
 
 
+class HandlerScope(Protocol):
+    """Where a handler's own database changes go, so they commit with its transition.
+
+    One implementation per integration: an ORM session (SQLAlchemy) or a transaction on the
+    thread's connection (Django).  ``wrote`` decides between the slow path (commit the
+    handler's changes with the fenced write, here) and the fast path (batch the write).
+    """
+
+    def wrote(self) -> bool: ...
+
+    def commit_with(
+        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
+    ) -> bool:
+        """Apply the fenced write in the handler's transaction and commit both; True (and
+        everything rolled back) when the fence no longer held.  ``worker_id`` names the
+        writer in the failure it records."""
+        ...
+
+    def rollback(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class HandlerScopes(Protocol):
+    def for_thread(self, task: Task) -> HandlerScope:
+        """Opened in the handler's thread just before a sync handler runs."""
+        ...
+
+    def for_async(self, task: Task) -> HandlerScope: ...
+
+
 class Executor:
     """Knows how to run a task's handler and produce its write."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, worker_id: str = "inline") -> None:
         self.store = store
         self.clock = clock
-        engine: Engine = store.engine
-        sqlite = store.dialect.name == "sqlite"
-        bind = engine.execution_options(**{BEGIN_OPTION: "lazy"}) if sqlite else engine
-        self.sessions = sessionmaker(bind=bind, expire_on_commit=False)
-        self.sessions.configure(info={"stator_sqlite": sqlite})
-        event.listen(self.sessions, "before_flush", _note_flush)
-        event.listen(self.sessions, "do_orm_execute", _note_statement)
-        event.listen(self.sessions, "after_begin", _note_begin)
-        self._local = threading.local()
+        self.worker_id = worker_id  # named in the failures its writes record
+        self.scopes: HandlerScopes = store.handler_scopes()
 
     def prepare(self, tracked: TrackedModel, obj: Any, claimed: Claimed) -> Task:
         state = tracked.graph.states[claimed.state]
@@ -95,7 +119,7 @@ class Executor:
         return True
 
     def run_sync(self, task: Task) -> None:
-        session = self._thread_session(task)
+        session = self.scopes.for_thread(task)
         try:
             outcome = self._invoke(task)
         except BaseException as exc:  # the thread is dying: record and let it go
@@ -106,7 +130,7 @@ class Executor:
         self._conclude(task, session, outcome)
 
     async def run_async(self, task: Task) -> None:
-        session = self._session_for(task)
+        session = self.scopes.for_async(task)
         handler = task.tracked.graph.states[task.claimed.state].handler
         assert handler is not None
         try:
@@ -120,22 +144,6 @@ class Executor:
             outcome = _failure("error", exc)
             task.error = exc
         await asyncio.to_thread(self._conclude, task, session, outcome)
-
-    def _session_for(self, task: Task) -> Session:
-        session = self.sessions()
-        session.add(task.obj)
-        return session
-
-    def _thread_session(self, task: Task) -> Session:
-        """The calling thread's session, re-used row after row (a fresh Session per row cost
-        a third of the engine's per-row CPU).  A thread runs one handler at a time, so the
-        session only ever holds the current row's changes; it is emptied after each row."""
-        session: Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = self.sessions()
-            session.info["stator_shared"] = True
-        session.add(task.obj)
-        return session
 
     def _invoke(self, task: Task) -> Outcome:
         handler = task.tracked.graph.states[task.claimed.state].handler
@@ -157,44 +165,55 @@ class Executor:
             return Failed("invalid", target, _returned_from(handler))
         return Moved(target)
 
-    def _conclude(self, task: Task, session: Session, outcome: Outcome) -> None:
+    def _conclude(self, task: Task, scope: HandlerScope, outcome: Outcome) -> None:
         """Turn the outcome into a write, committing the handler's changes with it if any."""
         try:
             if not task.finish():
                 return  # abandoned past its deadline: the late result is discarded
+            outcome, extra = _extra(task, outcome)
             write = _policy.after_run(task.tracked.graph, task.claimed, outcome, self.clock.now())
-            if isinstance(outcome, Failed) or not _has_changes(session):
+            if extra is not None:
+                write = replace(write, extra=extra)
+            if isinstance(outcome, Failed) or not scope.wrote():
                 task.write = write
                 return
             try:
-                session.flush()
-                lost = self.store.write(task.tracked, [write], conn=session.connection())
-                if lost:
-                    session.rollback()
+                if scope.commit_with(self.store, task.tracked, write, self.worker_id):
                     task.lost = True
                 else:
-                    session.commit()
                     task.committed = write
-            except OperationalError as exc:
-                session.rollback()
-                task.write = _policy.after_run(
-                    task.tracked.graph, task.claimed, Stayed(BUSY_RETRY), self.clock.now()
-                )
+            except Exception as exc:
+                scope.rollback()
                 task.error = exc
-            except Exception as exc:  # the handler's own changes could not be saved
-                session.rollback()
-                task.error = exc
+                # A busy or lost database is not the handler's fault; anything else means
+                # the handler's own changes could not be saved.
+                outcome = Stayed(BUSY_RETRY) if is_transient(exc) else _failure("error", exc)
                 task.write = _policy.after_run(
-                    task.tracked.graph, task.claimed, _failure("error", exc), self.clock.now()
+                    task.tracked.graph, task.claimed, outcome, self.clock.now()
                 )
         finally:
-            _release(session)
+            scope.release()
 
     def timed_out(self, task: Task, stack: str = "") -> Write:
         """The write for a sync handler abandoned past its deadline; ``stack`` is where its
         thread was at that moment."""
         outcome = Failed("timeout", f"handler did not finish within {task.timeout:g}s", stack)
         return _policy.after_run(task.tracked.graph, task.claimed, outcome, self.clock.now())
+
+
+def _extra(task: Task, outcome: Outcome) -> tuple[Outcome, Any]:
+    """What the handler left for the write (``obj.stator_extra``), checked against the model.
+
+    A model must say how to write it (``stator_write_extra``); a handler leaving values that
+    nothing would write is a mistake to report, not a result to drop silently."""
+    extra = getattr(task.obj, "stator_extra", None)
+    if extra is None or task.tracked.write_extra is not None:
+        return outcome, extra
+    name = task.tracked.name
+    return Failed(
+        "invalid", f"the handler set stator_extra, but model {name} has no stator_write_extra "
+        "to write it",
+    ), None
 
 
 def _has_changes(session: Session) -> bool:
@@ -217,6 +236,63 @@ def _returned_from(handler: Any) -> str:
         "The handler returned normally, with a value the graph does not accept:\n"
         f'  File "{code.co_filename}", line {code.co_firstlineno}, in {func.__qualname__}\n'
     )
+
+
+class SessionScopes:
+    """SQLAlchemy: the handler's row is bound to a session; its changes are the session's."""
+
+    def __init__(self, store: Store) -> None:
+        engine: Engine = store.engine
+        sqlite = store.dialect.name == "sqlite"
+        bind = engine.execution_options(**{BEGIN_OPTION: "lazy"}) if sqlite else engine
+        self.sessions = sessionmaker(bind=bind, expire_on_commit=False)
+        self.sessions.configure(info={"stator_sqlite": sqlite})
+        event.listen(self.sessions, "before_flush", _note_flush)
+        event.listen(self.sessions, "do_orm_execute", _note_statement)
+        event.listen(self.sessions, "after_begin", _note_begin)
+        self._local = threading.local()
+
+    def for_async(self, task: Task) -> HandlerScope:
+        session = self.sessions()
+        session.add(task.obj)
+        return SessionScope(session)
+
+    def for_thread(self, task: Task) -> HandlerScope:
+        """The calling thread's session, re-used row after row (a fresh Session per row cost
+        a third of the engine's per-row CPU).  A thread runs one handler at a time, so the
+        session only ever holds the current row's changes; it is emptied after each row."""
+        session: Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = self.sessions()
+            session.info["stator_shared"] = True
+        session.add(task.obj)
+        return SessionScope(session)
+
+
+class SessionScope:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def wrote(self) -> bool:
+        return _has_changes(self.session)
+
+    def commit_with(
+        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
+    ) -> bool:
+        session = self.session
+        session.flush()
+        lost = store.write(tracked, [write], conn=session.connection(), worker_id=worker_id)
+        if lost:
+            session.rollback()
+            return True
+        session.commit()
+        return False
+
+    def rollback(self) -> None:
+        self.session.rollback()
+
+    def release(self) -> None:
+        _release(self.session)
 
 
 def _release(session: Session) -> None:

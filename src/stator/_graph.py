@@ -85,6 +85,7 @@ class State:
         self.children: dict[str, State] = {}
         self.parents: dict[str, State] = {}
         self._edges: list[State] = []
+        self.direct_targets: list[State] = []  # named by transitions_to itself, not implied
         self.timed_edge: TimedEdge | None = None
         self.exhausted_to: State | None = None
         self.handler: Handler | None = None
@@ -96,20 +97,25 @@ class State:
     def transitions_to(self, other: State) -> None:
         """Allow the engine (via the handler) or application code to move rows to ``other``."""
         self._check_state(other, "transitions_to")
-        if other not in self._edges:
-            self._edges.append(other)
+        self._allow(other)
+        if other not in self.direct_targets:
+            self.direct_targets.append(other)
 
     def times_out_to(self, other: State, seconds: float) -> None:
         """Move rows to ``other`` once they have been ``seconds`` in this state."""
         self._check_state(other, "times_out_to")
         self.timed_edge = TimedEdge(other, float(seconds))
-        self.transitions_to(other)
+        self._allow(other)
 
     def fails_to(self, other: State) -> None:
         """Where rows go once the handler has failed ``max_attempts`` times in a row."""
         self._check_state(other, "fails_to")
         self.exhausted_to = other
-        self.transitions_to(other)
+        self._allow(other)
+
+    def _allow(self, other: State) -> None:
+        if other not in self._edges:
+            self._edges.append(other)
 
     def _check_state(self, other: object, verb: str) -> None:
         if not isinstance(other, State):

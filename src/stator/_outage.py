@@ -8,17 +8,35 @@ retry, which is how other schedulers filled their users' disks.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from . import _backoff
+from ._broken import is_incurable
 
 log = logging.getLogger("stator.worker")
 
 
+TRANSIENT_NAMES = ("OperationalError", "InterfaceError")
+DRIVER_MODULES = ("django.db", "sqlite3", "psycopg")
+
+
 def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: the database was unreachable or busy, not told something wrong."""
+    """Worth retrying: the database was unreachable or busy, not told something wrong.
+
+    SQLAlchemy's errors, and the same kinds raised by Django's ORM or by the drivers
+    themselves (a Django handler's transaction commits through Django, not SQLAlchemy).
+    """
+    if is_incurable(exc):
+        return False
     if isinstance(exc, OperationalError | InterfaceError):
         return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated
+    kind = type(exc)
+    return kind.__name__ in TRANSIENT_NAMES and kind.__module__.startswith(DRIVER_MODULES)
 
 
 def short(exc: BaseException) -> str:
@@ -27,20 +45,31 @@ def short(exc: BaseException) -> str:
 
 
 class Outage:
-    def __init__(self, activity: str, first_delay: float = 0.25, max_delay: float = 30.0):
+    def __init__(
+        self, activity: str, first_delay: float = 0.25, max_delay: float = 30.0,
+        remind_every: float | None = None, monotonic: Callable[[], float] = time.monotonic,
+    ):
         self.activity = activity
         self.first_delay = first_delay
         self.max_delay = max_delay
+        self.remind_every = remind_every  # seconds between "still unavailable" lines
         self.failures = 0
+        self._monotonic = monotonic
+        self._since = self._reminded = 0.0
 
     def failed(self, exc: BaseException) -> float:
         """Record a failure; returns how many seconds to wait before trying again."""
         self.failures += 1
+        now = self._monotonic()
         if self.failures == 1:
+            self._since = self._reminded = now
             log.warning("%s: database unavailable, retrying with backoff: %s", self.activity,
                         short(exc), extra={"action": "db_retry"})
-        delay: float = self.first_delay * 2.0 ** min(self.failures - 1, 16)
-        return min(delay, self.max_delay)
+        elif self.remind_every is not None and now - self._reminded >= self.remind_every:
+            self._reminded = now
+            log.warning("%s: database still unavailable after %.0fs: %s", self.activity,
+                        now - self._since, short(exc), extra={"action": "db_retry"})
+        return _backoff.delay(self.failures, self.first_delay, self.max_delay)
 
     def recovered(self) -> None:
         if self.failures:

@@ -53,6 +53,7 @@ class Stator:
         clock: Clock | None = None,
         concurrency: int = 4,
         batch_size: int = 100,
+        listen_url: str | None = None,
     ) -> None:
         if not models:
             raise ConfigError("Stator needs at least one model")
@@ -67,8 +68,25 @@ class Stator:
         self.clock: Clock = clock or SystemClock()
         self.concurrency = concurrency
         self.batch_size = batch_size
+        self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
         self.engine = db if isinstance(db, Engine) else _create_engine(db, concurrency)
         self.store = Store(self.engine, self.models)
+
+    @classmethod
+    def _over_store(
+        cls, store: Store, models: Sequence[type], *, clock: Clock | None = None,
+        concurrency: int = 4, batch_size: int = 100, listen_url: str | None = None,
+    ) -> Stator:
+        """A Stator over a store built elsewhere (the Django integration's)."""
+        self = cls.__new__(cls)
+        self.models = list(models)
+        self.clock = clock or SystemClock()
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.listen_url = listen_url
+        self.engine = store.engine
+        self.store = store
+        return self
 
     @property
     def url(self) -> str:
@@ -101,7 +119,10 @@ class Stator:
         from ._launcher._messages import has_table, send_message
         from ._store import BEGIN_OPTION
         from ._store._schema import uninstall
+        from ._store._store import missing_sqlite_file
 
+        if missing_sqlite_file(self.engine) is not None:
+            return []  # nothing to remove, and no empty file to leave behind
         writing = self.engine.connect().execution_options(**{BEGIN_OPTION: "immediate"})
         with writing as conn, conn.begin():
             done = uninstall(conn)
@@ -111,11 +132,12 @@ class Stator:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run_once(self) -> CycleReport:
+    def run_once(self, *, raise_errors: bool = True) -> CycleReport:
         """Claim one batch per model, run its handlers inline and write the results.
 
         For tests: a handler's exception (or a disallowed return value) is recorded against
-        its row like in a worker, then raised here.
+        its row like in a worker, then raised here (unless ``raise_errors`` is false, as for
+        Django's in-request runner).
         """
         executor = Executor(self.store, self.clock)
         report = CycleReport()
@@ -145,7 +167,7 @@ class Stator:
         for tracked, writes in groups:  # like the worker, count only the moves written
             refused = lost.get(tracked.name, set())
             report.transitions += sum(w.moved and w.pk not in refused for w in writes)
-        if first_error is not None:
+        if first_error is not None and raise_errors:
             raise first_error
         return report
 
@@ -177,9 +199,15 @@ class Stator:
             concurrency=concurrency or self.concurrency, batch_size=self.batch_size,
             until_idle=until_idle, idle_window=idle_window, run_for=run_for,
             liveness_file=Path(liveness_file) if liveness_file else None,
+            listen_url=self.listen_url,
         )
         if options.concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
+        if self.listen_url is not None:
+            try:
+                make_url(self.listen_url)
+            except ArgumentError as exc:
+                raise ConfigError(f"listen_url is not a database URL: {self.listen_url!r}") from exc
         self.check()
         return Worker(self.store, self.clock, self._select(models, exclude), options)
 
@@ -247,15 +275,17 @@ class Stator:
                 "model": tracked.name, "graph": graph.__name__, "states": states,
                 "recent": stats.get(tracked.name, {}),
             })
+        names = [t.name for t in self.store.tracked]  # this app's, not the database's
         workers = [
-            {**w, "alive": now - w["last_seen"] <= LIVE_AFTER} for w in self.store.workers()
+            {**w, "alive": now - w["last_seen"] <= LIVE_AFTER}
+            for w in self.store.workers(names)
         ]
         return {
             "database": self.url,
             "now": now.isoformat(),
             "models": models,
             "workers": [_jsonable(w) for w in workers],
-            "errors": [_jsonable(e) for e in self.store.recent_errors()],
+            "errors": [_jsonable(e) for e in self.store.recent_errors(models=names)],
         }
 
 
@@ -264,7 +294,7 @@ def _state_row(c: dict[str, Any], now: datetime) -> dict[str, Any]:
     return {
         "state": c["state"], "rows": c["rows"], "due": c["due"], "failing": c["failing"],
         "oldest_due_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
-        "known": c["known"],
+        "known": c["known"], "estimated": c.get("estimated", False),
     }
 
 

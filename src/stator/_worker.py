@@ -22,6 +22,7 @@ import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,10 +30,12 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from . import _policy, _wake
+from . import _metrics, _policy, _wake
 from ._board import Board, ThreadState
+from ._broken import Broken, DatabaseUnusable, first_line, is_incurable
 from ._clock import Clock
 from ._execute import Executor, Task
+from ._failure_log import FailureLog
 from ._outage import Outage, is_transient
 from ._policy import Write
 from ._store import NOTIFY_CHANNEL, Store, TrackedModel
@@ -45,6 +48,8 @@ STATS_EVERY = 30.0
 KEEP_HISTORY = timedelta(days=1)
 SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
 MAX_SLEEP = 30.0
+POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
+PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
 DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
 COORDINATOR, WRITER = "stator-coordinator", "stator-writer"  # names on the board
 
@@ -60,6 +65,7 @@ class WorkerOptions:
     idle_window: float = 1.0
     run_for: float | None = None
     liveness_file: Path | None = None
+    listen_url: str | None = None  # a direct connection for LISTEN (behind a pooler)
 
 
 @dataclass
@@ -102,13 +108,15 @@ class Worker:
         self.clock = clock
         self.tracked = list(tracked)
         self.options = options
-        self.executor = Executor(store, clock)
-        self.board = Board()
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        store.worker_id = self.id
+        self.executor = Executor(store, clock, self.id)
+        self.board = Board()
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._stop_reason = ""
+        # Set once this worker's own test notification came back: notifications reach the
+        # listener, so a reconnected listener (after a cut, a server restart) needs no new probe.
+        self._notify_proven = False
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._queued = 0  # tasks in _queue not yet taken by a thread
         self._queued_lock = threading.Lock()
@@ -140,7 +148,12 @@ class Worker:
         self._last_heartbeat = 0.0
         self._last_stats = time.monotonic()
         self._outage = Outage("worker")
+        self._failures = FailureLog()
+        self._broken = Broken()
+        self._db_retry_at = 0.0  # no database step before this (monotonic): backing off
+        self._db_calls: _Calls | None = None
         self._by_name = {t.name: t for t in tracked}
+        self._run_until: float | None = None  # monotonic end of run_for
 
     # -- public ----------------------------------------------------------------------------
 
@@ -158,8 +171,10 @@ class Worker:
     def run(self) -> RunSummary:
         """Run in the calling thread until stopped, idle (``until_idle``) or out of time."""
         began = time.monotonic()
+        if self.options.run_for is not None:
+            self._run_until = began + self.options.run_for
         self._start_threads()
-        wake_key = _wake.key_for(self.store.engine.url)
+        wake_key = self.store.wake_key
         _wake.subscribe(wake_key, self.wake)
         listener = threading.Thread(target=self._listen, name="stator-listener", daemon=True)
         listener.start()
@@ -167,6 +182,8 @@ class Worker:
             self._coordinate(began)
         finally:
             _wake.unsubscribe(wake_key, self.wake)
+            if self._db_calls is not None:
+                self._db_calls.close()
             self._stop.set()
             self._stop_threads()
             self._final_housekeeping()
@@ -201,25 +218,67 @@ class Worker:
                     continue
                 if self._maybe_due and self._room() > 0:
                     self.board.report(COORDINATOR, ThreadState.CLAIMING, notify=False)
-                    if self._guarded(self._claim):
+                    if self._guarded(self._claim, "claiming"):
                         continue
-                if self.options.until_idle and self._quiet() and self._guarded(self._idle):
+                if (self.options.until_idle and self._quiet()
+                        and self._guarded(self._idle, "finding due rows")):
                     self.stop("idle")
                     continue
             self.board.report(COORDINATOR, ThreadState.WAITING, notify=False)
             self._kick.wait(self._sleep_time())
 
-    def _guarded(self, action: Callable[[], bool | None]) -> bool:
-        """Run a database step; a transient database error is retried later, with backoff."""
+    def _guarded(self, action: Callable[[], bool | None], what: str = "the database") -> bool:
+        """Run a database step; a transient database error is retried later, with backoff;
+        one that waiting cannot cure marks ``what`` broken (or ends an until-idle run).
+
+        The step runs on a thread of its own while this one goes on enforcing deadlines and
+        passing results to the writer: a call can hang for as long as the network takes to
+        be declared dead (the client settings in ``_dialects``), and the handlers' deadlines
+        must not wait for it.  Backing off does not sleep here either, for the same reason.
+        """
+        if time.monotonic() < self._db_retry_at:
+            return False
+        if self._db_calls is None:
+            self._db_calls = _Calls(self.store.thread_done)
+        future = self._db_calls.submit(action)
+        while not wait([future], timeout=self._deadline_wait()).done:
+            self._enforce_deadlines()
+            self._collect_written()
+            if self._pending and self._flush_due():
+                self._flush()
         try:
-            result = action()
+            result = future.result()
         except DBAPIError as exc:
+            _metrics.db_error()
+            if is_incurable(exc):
+                self._unusable(what, exc)
+                return False
             if not is_transient(exc):
                 raise
-            self._kick.wait(self._outage.failed(exc))
+            self._db_retry_at = time.monotonic() + self._outage.failed(exc)
             return False
         self._outage.recovered()
+        self._broken.healed(what)
         return bool(result)
+
+    def _unusable(self, what: str, exc: BaseException) -> None:
+        if self.options.until_idle:
+            raise DatabaseUnusable(
+                f"{what}: {first_line(exc)} (waiting will not fix this: check the database's "
+                "permissions, that it is writable, and that `stator migrate` was run)"
+            ) from exc
+        self._broken.mark(what, exc)
+
+    def _healthy(self) -> list[TrackedModel]:
+        return [t for t in self.tracked if not self._broken.is_broken(t.name)]
+
+    def _deadline_wait(self) -> float:
+        """Seconds until the nearest running handler's deadline (at most one)."""
+        with self._running_lock:
+            deadlines = [t.deadline for t in self._running if t.deadline is not None]
+        if not deadlines:
+            return 1.0
+        return min(max(min(deadlines) - time.monotonic(), 0.005), 1.0)
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -246,27 +305,42 @@ class Worker:
         got = 0
         share = max(room // max(len(order), 1), 1)
         for tracked in order:
-            rows = self.store.claim(tracked, now, min(share, room - got))
-            for obj, claimed in rows:
-                self._dispatch(self.executor.prepare(tracked, obj, claimed))
+            if self._broken.skip(tracked.name):
+                continue
+            try:
+                rows = self.store.claim(tracked, now, min(share, room - got))
+            except DBAPIError as exc:
+                if not is_incurable(exc):
+                    raise
+                self._unusable(tracked.name, exc)
+                continue
+            self._broken.healed(tracked.name)
+            _metrics.claimed(len(rows))
+            self._dispatch([self.executor.prepare(tracked, obj, claimed) for obj, claimed in rows])
             got += len(rows)
             if got >= room:
                 break
         if not got:
             self._maybe_due = False
-            self._next_due = self.store.next_due(self.tracked)
+            self._next_due = self.store.next_due(self._healthy())
         return got > 0
 
-    def _dispatch(self, task: Task) -> None:
-        self.board.hand_out()
-        handler_state = task.tracked.graph.states[task.claimed.state]
-        if handler_state.handler_is_async and self._loop is not None:
-            with self._queued_lock:
-                self._async_inflight += 1
-            asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
-        else:
-            with self._queued_lock:
-                self._queued += 1
+    def _dispatch(self, tasks: list[Task]) -> None:
+        """Hand a claimed batch out: counted once for the batch (not a lock per row), then
+        each row to the event loop (async handlers) or the handler threads' queue."""
+        if not tasks:
+            return
+        self.board.hand_out(len(tasks))
+        states = tasks[0].tracked.graph.states
+        sync = [t for t in tasks
+                if not (states[t.claimed.state].handler_is_async and self._loop is not None)]
+        with self._queued_lock:
+            self._queued += len(sync)
+            self._async_inflight += len(tasks) - len(sync)
+        for task in tasks:
+            if states[task.claimed.state].handler_is_async and self._loop is not None:
+                asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
+        for task in sync:
             self._queue.put(task)
 
     # -- handler threads -------------------------------------------------------------------
@@ -294,8 +368,15 @@ class Worker:
         thread.start()
 
     def _thread_main(self, name: str) -> None:
+        try:
+            self._handle_tasks(name)
+        finally:
+            self.store.thread_done()  # e.g. close this thread's Django connection
+
+    def _handle_tasks(self, name: str) -> None:
         board = self.board
         board.report(name, ThreadState.WAITING, notify=False)
+        running = False
         task: Task | None = None
         try:
             while True:
@@ -310,14 +391,18 @@ class Worker:
                     self._finish(task)
                     task = None
                     continue
-                board.report(name, ThreadState.RUNNING, notify=False)
+                if not running:  # routine states are reported on change only, not per row
+                    board.report(name, ThreadState.RUNNING, notify=False)
+                    running = True
                 self._run_one(task)
                 if task.abandoned:
                     board.report(name, ThreadState.ABANDONED)
                     return  # a replacement thread took this one's place
                 self._finish(task)
                 task = None
-                board.report(name, ThreadState.WAITING, notify=False)
+                if self._queue.empty():
+                    board.report(name, ThreadState.WAITING, notify=False)
+                    running = False
         except BaseException:
             # The thread ends here; the coordinator sees DIED and starts a replacement.
             log.exception("handler thread %s died", name, extra={"action": "thread_died"})
@@ -344,6 +429,7 @@ class Worker:
             self._note_duration(time.monotonic() - started)
 
     def _note_duration(self, seconds: float) -> None:
+        _metrics.handler_seconds(seconds)
         self._avg_duration = 0.9 * self._avg_duration + 0.1 * seconds
         if self._measured < self.options.concurrency:
             self._measured += 1
@@ -351,7 +437,11 @@ class Worker:
     def _finish(self, task: Task) -> None:
         self._finished.append(task)
         self.board.take_back()
-        if self._queued == 0 or len(self._finished) >= self.options.batch_size // 2:
+        if (self._queued == 0 or len(self._finished) >= self.options.batch_size // 2) and (
+            not self._kick.is_set()  # setting a set Event still takes its lock and notifies
+        ):
+            # Safe to skip: the append above comes before this check, the coordinator
+            # clears the kick before it collects, so it sees this task either way.
             self._kick.set()
 
     # -- the event loop for async handlers --------------------------------------------------
@@ -400,10 +490,15 @@ class Worker:
             write = task.write
             if task.lost:
                 counters.lost += 1
+                _metrics.lease_lost()
             elif task.committed is not None:
                 counters.processed += 1
                 counters.transitions += task.committed.moved
+                _metrics.written(self.id, task.tracked.name, (task.committed,), ())
                 self._maybe_due = True  # it may have added or moved rows that are due now
+            if write is not None and write.failure is not None and not task.abandoned:
+                self._failures.failed(task.tracked.name, task.claimed.pk, task.claimed.state,
+                                      write.attempt, write.failure)  # abandoned: logged already
             if write is not None:
                 self._pending.setdefault(task.tracked.name, []).append(write)
                 if self._pending_since is None:
@@ -496,6 +591,12 @@ class Worker:
         self._to_write.put(groups)
 
     def _writer_main(self) -> None:
+        try:
+            self._write_batches()
+        finally:
+            self.store.thread_done()
+
+    def _write_batches(self) -> None:
         outage = Outage("writer")
         pause = threading.Event()
         while True:
@@ -507,7 +608,7 @@ class Worker:
             self.board.report(WRITER, ThreadState.WRITING, notify=False)
             while True:
                 try:
-                    lost = self.store.write_all(groups)
+                    lost = self.store.write_all(groups, self.id)
                 except DBAPIError as exc:
                     if is_transient(exc):
                         pause.wait(outage.failed(exc))  # results are kept, not lost
@@ -530,6 +631,7 @@ class Worker:
         moved_any = False
         for tracked, writes in groups:
             counters = self._period[tracked.name]
+            _metrics.written(self.id, tracked.name, writes, lost.get(tracked.name, ()))
             for w in writes:
                 if w.pk in lost.get(tracked.name, set()):
                     counters.lost += 1
@@ -570,7 +672,7 @@ class Worker:
 
     def _idle(self) -> bool:
         """True when nothing is due within the idle window (checked fresh)."""
-        due = self.store.next_due(self.tracked)
+        due = self.store.next_due(self._healthy())
         self._next_due = due
         window = self.clock.now() + timedelta(seconds=self.options.idle_window)
         return due is None or due > window
@@ -585,6 +687,16 @@ class Worker:
             waits.append(min(deadlines) - time.monotonic())
         if self._respawns:
             waits.append(min(self._respawns) - time.monotonic())
+        if self._run_until is not None:
+            waits.append(self._run_until - time.monotonic())
+        retry = self._broken.next_retry()
+        if retry is not None:
+            if retry > time.monotonic():
+                waits.append(retry - time.monotonic())
+            else:
+                self._maybe_due = True  # a broken model's next try is due
+        if self._db_retry_at > time.monotonic():
+            waits.append(self._db_retry_at - time.monotonic())
         if self._stop.is_set():
             waits.append(0.05)
         elif self._next_due is not None and not self._maybe_due:
@@ -605,10 +717,10 @@ class Worker:
         now = time.monotonic()
         if now - self._last_heartbeat >= HEARTBEAT_EVERY:
             self._last_heartbeat = now
-            self._guarded(self._heartbeat)
+            self._guarded(self._heartbeat, "the workers table")
         if now - self._last_stats >= STATS_EVERY:
             self._last_stats = now
-            self._guarded(self._write_stats)
+            self._guarded(self._write_stats, "the stats table")
 
     def _heartbeat(self) -> bool:
         self.store.heartbeat(
@@ -621,7 +733,7 @@ class Worker:
 
     def _write_stats(self) -> bool:
         now = self.clock.now()
-        depth = self.store.due_depth(self.tracked, now)
+        depth = self.store.due_depth(self._healthy(), now)
         rows = []
         for name, counters in self._period.items():
             count, lag = depth.get(name, (0, 0.0))
@@ -629,7 +741,7 @@ class Worker:
                 "worker_id": self.id, "model": name, "period_start": self._period_start,
                 "period_end": now, "queue_depth": count, "lag_seconds": lag, **vars(counters),
             })
-        self.store.record_stats(rows, now - KEEP_HISTORY)
+        self.store.record_stats(rows, now - KEEP_HISTORY, _metrics.drain_edges(self.id, now))
         for name, counters in self._period.items():
             self._counters[name].add(counters)
         self._period = {t.name: ModelCounters() for t in self.tracked}
@@ -655,40 +767,91 @@ class Worker:
     # -- wake-ups from other processes -----------------------------------------------------
 
     def _listen(self) -> None:
-        if self.store.dialect.name == "postgresql":
-            self._listen_postgres()
-        else:
-            self._poll_sqlite()
+        """Keep a wake-up listener running.  One that dies (whatever the reason) has closed
+        what it opened, is said so at WARNING and restarted with backoff; meanwhile the
+        coordinator looks for due rows at each retry instead (polling)."""
+        try:
+            self._keep_listening()
+        finally:
+            self.store.thread_done()  # the probe's notification used this thread's connection
 
-    def _listen_postgres(self) -> None:
-        tables = set(self._by_name)
+    def _keep_listening(self) -> None:
         outage = Outage("wake-up listener", first_delay=0.5)
         while not self._stop.is_set():
             try:
-                conn = _listen_connection(self.store.engine)
+                if self.store.dialect.name == "postgresql":
+                    self._listen_postgres(outage)
+                else:
+                    self._poll_sqlite()
+                return
+            except Exception as exc:
+                log.warning("wake-up listener stopped (%s: %s); restarting it with backoff, "
+                            "polling for due rows meanwhile", type(exc).__name__, exc,
+                            extra={"action": "listener_died"})
+                self._stop.wait(outage.failed(exc))
+                self.wake()  # poll: anything committed while nobody listened
+
+    def _listen_postgres(self, outage: Outage) -> None:
+        tables = set(self._by_name)
+        while not self._stop.is_set():
+            conn = self.store.listen_connection(self.options.listen_url)
+            try:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 outage.recovered()
                 self.wake()  # anything committed while we were not listening
+                if not self._notify_proven:
+                    self._probe(conn, tables)
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=1.0):
                         if note.payload in tables:
                             self.wake()
-                conn.close()
-            except Exception as exc:
-                self._stop.wait(outage.failed(exc))
+            finally:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def _probe(self, conn: Any, tables: set[str]) -> None:
+        """Send a notification and wait for it, patiently: through a transaction-pooling
+        PgBouncer, LISTEN holds for one transaction only and notifications never arrive, but
+        on a loaded machine or a slow link they may only be late.  Past PROBE_TIMEOUT the
+        worker says so once and polls for new work, while still listening: should the
+        notification arrive after all, it goes back to waking on notifications alone."""
+        token = f"probe-{self.id}"
+        self.store.send_notification(token)
+        started = time.monotonic()
+        polling = False
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=POLL_WITHOUT_NOTIFY):
+                if note.payload == token:
+                    self._notify_proven = True
+                    if polling:
+                        log.warning(
+                            "wake-up listener: notifications arrive after all (%.0fs late); "
+                            "no longer polling", time.monotonic() - started,
+                            extra={"action": "listen_notified"},
+                        )
+                    return
+                if note.payload in tables:
+                    self.wake()
+            if not polling and time.monotonic() - started >= PROBE_TIMEOUT:
+                polling = True
+                log.warning(
+                    "wake-up listener: notifications do not arrive over this connection (a "
+                    "transaction-pooling PgBouncer in between?); looking for new work every "
+                    "%gs instead; give a direct connection with listen_url / --listen-url",
+                    POLL_WITHOUT_NOTIFY, extra={"action": "listen_polling"},
+                )
+            if polling:
+                self.wake()
 
     def _poll_sqlite(self) -> None:
-        path = self.store.engine.url.database
+        path = self.store.sqlite_path()
         if not path or path == ":memory:":
             return
-        conn = sqlite3.connect(path, check_same_thread=False)
+        conn = sqlite3.connect(path, check_same_thread=False, uri=path.startswith("file:"))
         try:
             last = None
             while not self._stop.wait(SQLITE_POLL):
-                try:
-                    (version,) = conn.execute("PRAGMA data_version").fetchone()
-                except sqlite3.Error:
-                    continue
+                (version,) = conn.execute("PRAGMA data_version").fetchone()
                 if last is not None and version != last:
                     self.wake()
                 last = version
@@ -696,12 +859,35 @@ class Worker:
             conn.close()
 
 
-def _listen_connection(engine: Any) -> Any:
-    """A connection of its own (outside the pool) for LISTEN, in autocommit mode."""
-    import psycopg
+class _Calls:
+    """A daemon thread running the coordinator's database calls one at a time; ``done`` runs
+    in it as it ends (the store's per-thread cleanup)."""
 
-    args, kwargs = engine.dialect.create_connect_args(engine.url)
-    return psycopg.connect(*args, **kwargs, autocommit=True)
+    def __init__(self, done: Callable[[], None]) -> None:
+        self._done = done
+        self._calls: queue.SimpleQueue[
+            tuple[Callable[[], Any], Future[Any]] | None
+        ] = queue.SimpleQueue()
+        threading.Thread(target=self._main, name="stator-db-calls", daemon=True).start()
+
+    def submit(self, action: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._calls.put((action, future))
+        return future
+
+    def close(self) -> None:
+        self._calls.put(None)
+
+    def _main(self) -> None:
+        try:
+            while (call := self._calls.get()) is not None:
+                action, future = call
+                try:
+                    future.set_result(action())
+                except BaseException as exc:
+                    future.set_exception(exc)
+        finally:
+            self._done()
 
 
 __all__ = ["RunSummary", "Worker", "WorkerOptions"]

@@ -53,6 +53,8 @@ class Cluster:
         self.port = _free_port()
         self.running = False
         self.restarts = 0
+        self.listen = "127.0.0.1"  # listen_addresses (tests/netns adds a bridge's address)
+        self.trust: list[str] = []  # more networks (CIDR) allowed in without a password
         self._as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
     @property
@@ -76,10 +78,12 @@ class Cluster:
             str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
             "-E", "UTF8", "--locale=C", "--no-sync",
         )
+        with (self.data / "pg_hba.conf").open("a") as hba:
+            hba.writelines(f"host all all {network} trust\n" for network in self.trust)
 
     def start(self) -> None:
         options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            f"-p {self.port} -k {self.root} -c listen_addresses={self.listen} -c fsync=off "
             "-c max_connections=300"
         )
         self._run(
@@ -116,12 +120,17 @@ class Cluster:
 
 
 @contextmanager
-def throwaway_cluster(bindir: Path) -> Iterator[Cluster]:
-    """A running private cluster; stopped and deleted on the way out."""
+def throwaway_cluster(
+    bindir: Path, listen: str = "127.0.0.1", trust: tuple[str, ...] = ()
+) -> Iterator[Cluster]:
+    """A running private cluster (listening on ``listen``, trusting the ``trust`` networks
+    too); stopped and deleted on the way out."""
     root = Path(tempfile.mkdtemp(prefix="stator-pg-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
     cluster = Cluster(bindir, root)
+    cluster.listen = listen
+    cluster.trust = list(trust)
     try:
         cluster.init()
         cluster.start()

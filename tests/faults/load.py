@@ -115,7 +115,7 @@ class Load:
         self, app: ProcApp, rows: int, workers: int, *, concurrency: int = 4,
         sleep: float = 0.01, timeout: float = 1.0, self_kills: int = 0,
         die_after: str = "20-200", seed: int | None = None,
-        recovery_slack: float = RECOVERY_SLACK,
+        recovery_slack: float = RECOVERY_SLACK, flaky: int = 0, overrun: int = 0,
     ) -> None:
         self.app = app
         self.rows = rows
@@ -126,6 +126,8 @@ class Load:
         self.self_kills = self_kills
         self.die_after = die_after
         self.recovery_slack = recovery_slack
+        self.flaky = flaky
+        self.misbehaving = {"flaky": str(flaky), "overrun": str(overrun)}  # app_fixture's
         self.rng = random.Random(seed)
         self.workers: list[Proc] = []
         self.recoveries: list[Recovery] = []
@@ -150,7 +152,7 @@ class Load:
             self._spawn()
 
     def _spawn(self) -> Proc:
-        extra = {}
+        extra = dict(self.misbehaving)
         if self._armed < self.self_kills:
             self._armed += 1
             extra["die_after"] = self.die_after
@@ -276,7 +278,8 @@ class Load:
 
     def _in_flight(self, pid: int | None = None) -> set[Pair]:
         """Handlers started (by ``pid``, or anyone) whose transitions are not committed."""
-        started = {(row, step) for row, step, p in self.app.traced() if pid in (None, p)}
+        started = {(row, step) for row, step, p in self.app.traced()
+                   if pid in (None, p) and step in STEPS}  # not "fail", "wait", "overrun"
         return started - self._committed({row for row, _step in started})
 
     def _committed(self, rows: set[int]) -> set[Pair]:

@@ -73,7 +73,10 @@ def test_sqlite_lock_contention_never_crashes_a_worker(proc_app: ProcApp) -> Non
         stderr = proc.stderr()
         assert "Traceback" not in stderr, proc.describe()
         logged = outage_lines(proc)
-        assert "database is locked" in stderr and logged[("worker", "unavailable")] == 1, (
+        # The coordinator or the writer meets the hold first (the two take turns on the write
+        # lock inside the process, so either may be the one waiting when it is taken).
+        met = logged[("worker", "unavailable")] + logged[("writer", "unavailable")]
+        assert "database is locked" in stderr and met >= 1, (
             f"{proc.name} did not meet the lock once\n{proc.describe()}"
         )
         for activity in ("worker", "writer", "wake-up listener"):

@@ -49,11 +49,10 @@ def race(app: ProcApp, rng: random.Random, row_id: int, step: str) -> str | None
 
 
 def test_transition_perform_racing_a_running_handler_is_one_or_the_other(
-    proc_app: ProcApp,
+    proc_app: ProcApp, rng: random.Random,
 ) -> None:
     proc_app.migrate()
     proc_app.insert(ROWS)
-    rng = random.Random()
     workers = [
         proc_app.spawn("--concurrency", "4", sleep=SLEEP, timeout=10.0) for _ in range(2)
     ]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from processes.app_fixture import steps_of
 from processes.procs import ProcApp, assert_exactly_once
 
 from .cluster import Cluster
@@ -46,15 +47,15 @@ def torture_app(
         app.close()
 
 
-def test_torture(torture_app: tuple[ProcApp, Cluster | None]) -> None:
+def test_torture(torture_app: tuple[ProcApp, Cluster | None], rng: random.Random) -> None:
     """Many rows, several workers, SIGKILLs throughout (from outside and self-inflicted
     mid-write), and PostgreSQL restarts (fast and crash) or SQLite lock holds between them."""
     app, cluster = torture_app
-    rng = random.Random()
     kills = torture_setting("KILLS", 20)
     load = Load(
         app, rows=torture_setting("ROWS", 10_000), workers=torture_setting("WORKERS", 4),
         self_kills=max(kills // 4, 1), die_after="50-2000", recovery_slack=600.0,
+        flaky=torture_setting("FLAKY", 0), overrun=torture_setting("OVERRUN", 0),
     )
     outer_kills = kills - load.self_kills
     if cluster is not None:
@@ -79,7 +80,7 @@ def test_torture(torture_app: tuple[ProcApp, Cluster | None]) -> None:
     figures.report()
 
     assert figures.rows_lost == 0 and figures.applied_twice == 0, figures.summary()
-    assert_exactly_once(app, load.rows)
+    assert_exactly_once(app, load.rows, steps=lambda row: steps_of(row, load.flaky))
     for proc in app.procs:
         logged = outage_lines(proc)
         for (activity, kind), n in logged.items():

@@ -31,7 +31,7 @@ import psycopg
 import pytest
 from sqlalchemy import Table, func, insert, select, text
 
-from conftest import PG_ADMIN_URL, _pg_connect, _pg_url
+from pgserver import PG_ADMIN_URL, _pg_connect, _pg_url
 from stator import Stator
 from stator._launcher._children import is_our_scheduler
 

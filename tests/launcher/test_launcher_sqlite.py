@@ -172,7 +172,7 @@ def test_a_crashed_scheduler_is_regenerated_and_uninstall_disables(launch: Launc
 
 def test_one_launcher_per_control_place_and_leftovers_are_stopped(launch: Launch) -> None:
     a = launch.tenant("a", 3)
-    first = launch.launcher(max_workers=2, sleep=20)  # a handler that outlives its launcher
+    first = launch.launcher(max_workers=2, sleep=600)  # a handler that outlives its launchers
     pid = wait_until(lambda: launch.db(a).get("pid"), 60, "a running scheduler",
                      launch.describe)
     wait_until(lambda: launch.db(a).get("proc_start"), 10, "the scheduler recorded")
@@ -194,13 +194,14 @@ def test_one_launcher_per_control_place_and_leftovers_are_stopped(launch: Launch
 
 
 def test_busy_tenants_take_turns_in_one_slot(launch: Launch) -> None:
-    # Each tenant has about 1.5 s of handler work; a scheduler yields after 1.5 s (counted
-    # from its start, process start-up included) when the other tenant waits.
-    a = launch.tenant("a", 60)
-    b = launch.tenant("b", 60)
+    # Each tenant has about 3.75 s of handler work (150 rows of 50 ms, two at a time); a
+    # scheduler yields after 1.5 s (counted from its start, process start-up included) when
+    # the other tenant waits, so neither can finish within its first turn.
+    a = launch.tenant("a", 150)
+    b = launch.tenant("b", 150)
     launcher = launch.launcher("--slice", "1.5", "--concurrency", "2", max_workers=2,
                                sleep=0.05)
-    wait_until(lambda: launch.done(a) == 60 and launch.done(b) == 60, 120,
+    wait_until(lambda: launch.done(a) == 150 and launch.done(b) == 150, 180,
                "both tenants done through one slot", launch.describe)
     assert "yields its slot to a waiting database" in launcher.stderr()
     starts = [launch.db(url)["starts"] for url in (a, b)]

@@ -426,3 +426,15 @@ def test_backoff_and_pool_edges() -> None:
     pool.release()
     with pytest.raises(RuntimeError):
         pool.release()
+
+
+def test_a_clean_run_after_a_crash_clears_the_last_error() -> None:
+    """Item 10: launcher-status must not show an error the database has recovered from."""
+    machine = Machine(3, backoff=Backoff(floor=5, cap=30))
+    machine.discovered(KEY, NOW, wanted_at=NOW)
+    machine.exited(KEY, Trigger.CRASHED, NOW, error="exit code 1: boom")
+    assert machine.entries[KEY].last_error == "exit code 1: boom"
+    now = machine.entries[KEY].backoff_until
+    assert machine.automatic(now).effects == [Effect(RUN, KEY)]
+    machine.exited(KEY, Trigger.IDLE, now + 1, wanted_at=None)
+    assert machine.entries[KEY].last_error is None

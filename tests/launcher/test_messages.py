@@ -17,7 +17,7 @@ from stator import ConfigError, ManualClock, SchemaError, State, StateGraph, Sta
 from stator._launcher import _messages
 from stator._launcher._discovery import Target, normalize
 from stator._launcher._tenant import Tenant
-from stator._store._schema import messages_table
+from stator._store._schema import SCHEMA_VERSION, messages_table
 from stator.launcher import Message, send_message
 
 
@@ -165,6 +165,6 @@ def test_a_version_1_database_gets_the_message_table_by_migrating(app: Stator) -
     assert any("version 1" in p and "stator migrate" in p for p in app.store.problems())
     with pytest.raises(SchemaError, match="stator migrate"):
         send_message(app.engine, "restart")
-    assert app.migrate() == ["stator schema upgraded to version 2"]
+    assert app.migrate() == [f"stator schema upgraded to version {SCHEMA_VERSION}"]
     app.check()
     assert send_message(app.engine, "restart").id == 1

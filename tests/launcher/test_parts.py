@@ -161,3 +161,43 @@ def test_a_leftover_is_recognised_by_pid_start_time_and_command() -> None:
         child.kill()
         child.wait()
     assert not is_our_scheduler(child.pid, start)
+
+
+def test_the_launcher_listener_restarts_after_dying_and_says_so(monkeypatch, caplog) -> None:
+    """Item 15: a listening loop that dies is restarted (with backoff) and logged at WARNING."""
+    import logging
+    import threading
+
+    from stator._launcher import _listener
+
+    runs: list[int] = []
+    restarted = threading.Event()
+
+    def run(self: _listener.Listener) -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise RuntimeError("select failed")
+        restarted.set()
+
+    monkeypatch.setattr(_listener.Listener, "_run", run)
+    monkeypatch.setattr(_listener, "RETRY_FIRST", 0.01)
+    with caplog.at_level(logging.WARNING, logger="stator.launcher"):
+        listener = _listener.Listener(lambda: None)
+        try:
+            assert restarted.wait(30)
+        finally:
+            listener.close()
+    assert any("wake-up listener stopped" in r.getMessage() for r in caplog.records)
+
+
+def test_the_launcher_says_it_needs_posix_where_fcntl_is_missing() -> None:
+    """Item 17: a clear ImportError instead of 'No module named fcntl'."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['fcntl'] = None\n"
+            "try:\n    import stator.launcher\n"
+            "except ImportError as exc:\n    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert "needs a POSIX system" in result.stdout, result.stdout + result.stderr

@@ -14,6 +14,9 @@ and, for the fault tests (``tests/faults/``), all off by default:
 ``STATOR_PROC_FLAKY``         ``N``: on every N-th row (id divisible by N) step b says "not
                               yet" once (recording a ``wait`` ledger row) and step c fails
                               once before succeeding
+``STATOR_PROC_OVERRUN``       ``N``: on every N-th row (id divisible by N, plus one) the
+                              first attempt of step a sleeps past its deadline: abandoned,
+                              recorded as a timeout, retried
 ``STATOR_PROC_DIE_AFTER``     ``LOW-HIGH``: the process SIGKILLs itself at a random database
                               commit between the LOW-th and the HIGH-th, just before or just
                               after it, and notes it in ``STATOR_PROC_KILL_LOG``
@@ -45,6 +48,7 @@ TIMEOUT = float(os.environ.get("STATOR_PROC_TIMEOUT", "10"))
 CLOCK_OFFSET = float(os.environ.get("STATOR_PROC_CLOCK_OFFSET", "0"))
 FLAKY = int(os.environ.get("STATOR_PROC_FLAKY", "0"))
 DIE_AFTER = os.environ.get("STATOR_PROC_DIE_AFTER", "")
+OVERRUN = int(os.environ.get("STATOR_PROC_OVERRUN", "0"))
 RETRY = 0.5  # a failed or busy step is retried soon, so no test waits out a long backoff
 
 
@@ -112,6 +116,9 @@ class JobGraph(StateGraph):
 
     @classmethod
     def check_a(cls, job: Job) -> State:
+        if OVERRUN and job.id % OVERRUN == 1 and job.state_attempts == 0:
+            _trace(job, "overrun")
+            time.sleep(TIMEOUT * 1.5)  # past the deadline: this result is discarded
         _step(job, "a")
         return cls.b
 

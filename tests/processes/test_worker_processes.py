@@ -134,14 +134,13 @@ def test_second_sigint_exits_at_once(proc_app: ProcApp) -> None:
 
 
 def test_sigkilled_workers_are_recovered_from_without_repeating_a_step(
-    proc_app: ProcApp,
+    proc_app: ProcApp, rng: random.Random,
 ) -> None:
     rows = 200
     total = rows * len(STEPS)
     options: dict[str, Any] = {"sleep": 0.1, "timeout": 1.0}  # lease: 2 s
     proc_app.migrate()
     proc_app.insert(rows)
-    rng = random.Random()
     workers = [proc_app.spawn("--concurrency", "4", **options) for _ in range(2)]
     kills: list[float] = []
 

@@ -1,5 +1,5 @@
-"""The launcher: one supervisor running one scheduler per database (TimescaleDB's design,
-seed 003), sharing a fixed budget of worker slots between many databases.
+"""The launcher: one supervisor running one scheduler per database (after TimescaleDB's
+launcher), sharing a fixed budget of worker slots between many databases.
 
 Modules, one concept each:
 

@@ -1,11 +1,12 @@
 """Scheduler processes: starting, watching, stopping, and finding leftovers.
 
-A scheduler is ``stator launcher-scheduler APP --db URL`` in a session of its own (a Ctrl-C
+A scheduler is ``stator launcher-scheduler APP`` in a session of its own (a Ctrl-C
 at the terminal reaches the launcher only; the launcher decides what its schedulers do).
 Each gets a *lifeline*: the read end of a pipe whose write end only the launcher holds.
 If the launcher dies, however abruptly, the pipe reads end-of-file and the scheduler stops
 gracefully on its own.  A thread per child waits for it to exit and wakes the supervisor:
-nothing polls.
+nothing polls.  Its database URL travels in its environment (``STATOR_SCHEDULER_DB``), not
+on its command line, where ``ps`` would show any password in it to every user.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ log = logging.getLogger("stator.launcher")
 EXIT_IDLE = 0        # nothing due within the idle window (or stopped when asked)
 EXIT_NO_SCHEMA = 3   # the database has no (or an outdated) Stator schema
 SCHEDULER_COMMAND = "launcher-scheduler"
+URL_VARIABLE = "STATOR_SCHEDULER_DB"  # the scheduler's database URL, password included
 STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
 
 
@@ -59,8 +61,8 @@ class SchedulerCommand:
     log_level: str
     cwd: Path
 
-    def argv(self, url: str, wait_for: int | None, lifeline: int) -> list[str]:
-        args = [*STATOR, SCHEDULER_COMMAND, self.app, "--db", url,
+    def argv(self, wait_for: int | None, lifeline: int) -> list[str]:
+        args = [*STATOR, SCHEDULER_COMMAND, self.app,
                 "--idle-window", repr(self.idle_window), "--lifeline", str(lifeline),
                 "--log-level", self.log_level]
         if self.concurrency is not None:
@@ -77,12 +79,13 @@ def spawn(command: SchedulerCommand, key: str, url: str, wait_for: int | None, l
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, False)
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS=os.environ.get("COLUMNS", "200"))
+    env[URL_VARIABLE] = url
     try:
         with log_path.open("ab") as out:
             out.write(f"--- {when} starting scheduler\n".encode())
             out.flush()
             popen = subprocess.Popen(
-                command.argv(url, wait_for, read_end), cwd=command.cwd, env=env,
+                command.argv(wait_for, read_end), cwd=command.cwd, env=env,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 pass_fds=(read_end,), start_new_session=True,
             )
@@ -107,8 +110,8 @@ def spawn(command: SchedulerCommand, key: str, url: str, wait_for: int | None, l
 def ask_to_stop(child: Child, grace: float) -> None:
     """A graceful stop (SIGTERM: finish running handlers, hand back the rest); killed if
     still running ``grace`` seconds later (see ``enforce_deadline``)."""
-    if child.exit_code() is None:
-        with contextlib.suppress(ProcessLookupError):
+    if child.exit_code() is None and child.kill_at is None:  # once: a second SIGTERM
+        with contextlib.suppress(ProcessLookupError):        # would stop it at once
             child.popen.send_signal(signal.SIGTERM)
         child.kill_at = time.monotonic() + grace
 
@@ -124,7 +127,7 @@ def enforce_deadline(child: Child) -> None:
 
 
 def terminate(child: Child, grace: float) -> int:
-    """Stop a scheduler and wait until it has exited (the seed's "terminate and wait for
+    """Stop a scheduler and wait until it has exited (TimescaleDB's "terminate and wait for
     shutdown"): SIGTERM, then SIGKILL after ``grace`` seconds.  Returns its exit code."""
     child.terminated = True
     ask_to_stop(child, grace)

@@ -95,7 +95,7 @@ class SqliteGlob:
 
 
 class PostgresServer:
-    """Every database of a server that allows connections and is not a template (seed 003),
+    """Every database of a server that allows connections and is not a template (as in TimescaleDB),
     optionally only those whose name matches the URL's database part as a glob
     (``postgresql://host/tenant_*``)."""
 

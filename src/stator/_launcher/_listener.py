@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import URL
 
+from .. import _backoff
 from .._outage import short
 from .._store import NOTIFY_CHANNEL
 from ._messages import CHANNEL
@@ -44,7 +45,7 @@ class Listener:
         self._pipe_r, self._pipe_w = os.pipe()
         os.set_blocking(self._pipe_r, False)
         os.set_blocking(self._pipe_w, False)
-        self._thread = threading.Thread(target=self._run, name="stator-launcher-listener",
+        self._thread = threading.Thread(target=self._keep_running, name="stator-launcher-listener",
                                         daemon=True)
         self._thread.start()
 
@@ -82,6 +83,22 @@ class Listener:
             os.write(self._pipe_w, b"x")
 
     # -- the thread ------------------------------------------------------------------------
+
+    def _keep_running(self) -> None:
+        """Restart the listening loop, with backoff, if it ever dies; the supervisor reads
+        every database at each discovery round meanwhile."""
+        failures = 0
+        while not self._closed:
+            try:
+                self._run()
+                return
+            except Exception as exc:
+                failures += 1
+                delay = _backoff.delay(failures, RETRY_FIRST, RETRY_MAX)
+                log.warning("the wake-up listener stopped (%s: %s); restarting it in %gs",
+                            type(exc).__name__, short(exc), delay,
+                            extra={"action": "listener_died"})
+                time.sleep(delay)
 
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
@@ -132,7 +149,8 @@ class Listener:
             except Exception as exc:
                 delay = retry.get(key, (0.0, RETRY_FIRST))[1]
                 if key not in retry:
-                    log.debug("cannot listen on %s: %s", key, short(exc))
+                    log.warning("cannot listen on %s (read at each discovery round "
+                                "instead): %s", key, short(exc))
                 retry[key] = (now + delay, min(delay * 2, RETRY_MAX))
                 continue
             retry.pop(key, None)
@@ -151,7 +169,7 @@ class Listener:
         try:
             channels = {note.channel for note in conns[key][0].notifies(timeout=0)}
         except Exception as exc:
-            log.debug("lost the listening connection to %s: %s", key, short(exc))
+            log.warning("lost the listening connection to %s: %s", key, short(exc))
             self._drop(key, conns, selector)
             retry[key] = (time.monotonic() + RETRY_FIRST, RETRY_FIRST * 2)
             return False

@@ -1,4 +1,4 @@
-"""The launcher's per-database state machine (TimescaleDB's launcher, seed 003), as data.
+"""The launcher's per-database state machine (after TimescaleDB's launcher), as data.
 
 A database is in one of four states::
 
@@ -10,8 +10,8 @@ A database is in one of four states::
 
 ``MESSAGE_STEPS`` lists every (state, message) cell, a database not yet registered
 included; ``AUTOMATIC_STEPS`` the transitions taken without a message.  Each step names the
-seed's actions (``actions``) apart from the ones our extension adds (``extra``), so the
-tests can hold the table to the seed cell by cell.
+original's actions (``actions``) apart from the ones our extension adds (``extra``), so the
+tests can hold the table to TimescaleDB's, cell by cell.
 
 Nothing here does I/O or reads a clock: ``Machine`` changes entries and the slot pool (pure
 bookkeeping) and returns ``Effect``s -- start a scheduler, terminate one, ask one to yield --
@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .. import _backoff
+
 
 class DbState(StrEnum):
     ENABLED = "enabled"
@@ -34,7 +36,7 @@ class DbState(StrEnum):
 
 
 class Message(StrEnum):
-    """What a sender may ask for (seed 003): ``start`` and ``stop`` are idempotent;
+    """What a sender may ask for (as in TimescaleDB): ``start`` and ``stop`` are idempotent;
     ``restart`` is not, and makes the next scheduler follow the sender's commit."""
 
     START = "start"
@@ -55,13 +57,13 @@ class Trigger(StrEnum):
 
 
 class Action(StrEnum):
-    # the seed's actions
+    # TimescaleDB's actions
     REGISTER = "register"
     RESERVE_SLOT = "reserve slot"
     RELEASE_SLOT = "release slot"
     START_SCHEDULER = "start scheduler"
     TERMINATE_SCHEDULER = "terminate scheduler"
-    SET_WAIT_SENDER = "set wait-for-sender"  # the seed's "set vxid"
+    SET_WAIT_SENDER = "set wait-for-sender"  # TimescaleDB's "set vxid"
     TRY_AUTOMATIC = "try automatic transitions"
     # our extension's
     WAKE = "want a scheduler now"            # a message is a wake-up, and an operator's
@@ -81,8 +83,8 @@ class Step:
     before: DbState | None  # None: the database is not yet registered
     trigger: Message | Trigger
     after: DbState
-    actions: tuple[Action, ...] = ()  # the seed's, in the seed's order
-    extra: tuple[Action, ...] = ()    # ours, applied before the seed's TRY_AUTOMATIC
+    actions: tuple[Action, ...] = ()  # TimescaleDB's, in its order
+    extra: tuple[Action, ...] = ()    # ours, applied before TRY_AUTOMATIC
 
     @property
     def all_actions(self) -> tuple[Action, ...]:
@@ -113,7 +115,7 @@ MESSAGE_STEPS = _by_message([
     Step(A, START, A, (Action.TRY_AUTOMATIC,), (Action.WAKE,)),
     Step(S, START, S, ()),
     Step(D, START, E, (Action.TRY_AUTOMATIC,), (Action.WAKE,)),
-    # STOP: idempotent, immediate.  Not-yet-registered is not in the seed's list: like
+    # STOP: idempotent, immediate.  Not-yet-registered is not in TimescaleDB's list: like
     # TimescaleDB's code, register it DISABLED so that discovery does not start it.
     Step(None, STOP, D, (Action.REGISTER,)),
     Step(E, STOP, D, ()),
@@ -132,7 +134,7 @@ MESSAGE_STEPS = _by_message([
 ])
 
 AUTOMATIC_STEPS = _by_trigger([
-    # The seed's startup "start action without the message handling"; when the
+    # TimescaleDB's startup "start action without the message handling"; when the
     # database is first wanted is read from its next due time (extension).
     Step(None, Trigger.DISCOVERED, E, (Action.REGISTER, Action.TRY_AUTOMATIC)),
     Step(E, Trigger.SLOT_FREE, A, (Action.RESERVE_SLOT,)),
@@ -154,7 +156,7 @@ class Backoff:
     cap: float = 300.0
 
     def delay(self, streak: int) -> float:
-        return float(min(self.floor * 2.0 ** max(streak - 1, 0), max(self.cap, self.floor)))
+        return _backoff.delay(streak, self.floor, self.cap)
 
 
 class SlotPool:
@@ -191,7 +193,7 @@ class Entry:
     key: str
     state: DbState = DbState.ENABLED
     holds_slot: bool = False
-    wait_for: int | None = None  # the seed's vxid: the message whose sender the scheduler follows
+    wait_for: int | None = None  # TimescaleDB's vxid: the message whose sender it follows
     # extension: when the database next needs a scheduler; None = not until a wake-up
     wanted_at: float | None = None
     backoff_until: float = 0.0
@@ -280,6 +282,8 @@ class Machine:
         entry.last_exit = how.value
         if error is not None:
             entry.last_error = error
+        elif how is Trigger.IDLE:
+            entry.last_error = None  # it ran and ended cleanly: the old error is history
         return self._take(key, AUTOMATIC_STEPS[(DbState.STARTED, how)], now,
                           wanted_at=wanted_at)
 
@@ -336,7 +340,7 @@ class Machine:
     # -- answers ---------------------------------------------------------------------------
 
     def ack(self, key: str, message: Message) -> bool:
-        """The seed's acknowledgement: start and restart succeed if a scheduler is STARTED,
+        """TimescaleDB's acknowledgement: start and restart succeed if a scheduler is STARTED,
         stop if the database is DISABLED."""
         entry = self.entries.get(key)
         if entry is None:
@@ -419,7 +423,7 @@ class Machine:
                 entry.running_since = now
                 entry.yield_asked = False
                 outcome.effects.append(Effect(action, entry.key, entry.wait_for))
-                entry.wait_for = None  # the seed clears the vxid once the scheduler started
+                entry.wait_for = None  # TimescaleDB clears the vxid once the scheduler started
             case Action.TERMINATE_SCHEDULER:
                 entry.running_since = None
                 entry.yield_asked = False

@@ -2,11 +2,11 @@
 
 A sender inserts its row inside its own transaction (plus a ``NOTIFY`` on PostgreSQL, which
 is delivered on commit too), so a rolled-back transaction sends nothing and the launcher
-only ever sees a message once its sender has committed.  That is seed 003's "the scheduler
+only ever sees a message once its sender has committed.  That is TimescaleDB's "the scheduler
 waits on the vxid of the transaction that sent the message": a scheduler started because
 of a ``restart`` sees everything the sender's transaction did (a migration, say).
 
-The launcher acknowledges a message by filling in ``handled_at``, ``ack`` (the seed's
+The launcher acknowledges a message by filling in ``handled_at``, ``ack`` (TimescaleDB's
 true/false) and ``outcome``; a sender may wait for that, with a timeout, and is told
 ``False`` -- never an exception -- when no launcher answered in time.
 """
@@ -74,7 +74,7 @@ class Sent:
             pause = min(pause * 2, 0.25)
 
     def wait(self, timeout: float) -> bool:
-        """The seed's acknowledgement: True if the launcher carried the message out within
+        """TimescaleDB's acknowledgement: True if the launcher carried the message out within
         ``timeout`` seconds (start/restart: a scheduler is running; stop: it is disabled)."""
         reply = self.reply(timeout)
         return reply is not None and reply.ok

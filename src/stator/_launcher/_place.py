@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, FIFOs or process sessions
+    raise ImportError(
+        "the Stator launcher needs a POSIX system (Linux, macOS, BSD): fcntl is missing here"
+    ) from None
 
 DEFAULT_PLACE = Path(".stator-launcher")
 

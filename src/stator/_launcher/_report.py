@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from .._clock import Clock, SystemClock
 from ..errors import ConfigError
 from ._place import Place
+
+
+class NoLauncherState(ConfigError):
+    """No launcher ever wrote its state in this control place."""
 
 
 def status_report(control: Path, clock: Clock | None = None) -> dict[str, Any]:
@@ -20,7 +26,7 @@ def status_report(control: Path, clock: Clock | None = None) -> dict[str, Any]:
     place = Place(control)
     state = place.read_state()
     if state is None:
-        raise ConfigError(
+        raise NoLauncherState(
             f"no launcher state in {control} (is `stator launcher` running from this "
             "directory? otherwise pass its --control PATH)"
         )
@@ -51,7 +57,7 @@ def render(report: dict[str, Any], console: Console) -> None:
                    "last error"):
         table.add_column(column, justify="right" if column in ("pid", "uptime", "starts",
                                                                "restarts") else "left",
-                         overflow="fold")
+                         no_wrap=True)
     for db in report.get("databases", []):
         uptime = db.get("uptime")
         table.add_row(
@@ -59,7 +65,19 @@ def render(report: dict[str, Any], console: Console) -> None:
             str(db["pid"] or ""), "" if uptime is None else f"{uptime:.0f}s",
             str(db["starts"]), str(db["restarts"]), db.get("last_error") or "",
         )
-    console.print(table)
+    _print_whole(table, console)
+
+
+def _print_whole(table: Table, console: Console) -> None:
+    """Print the table as wide as it needs, so no URL or error is folded mid-word (and can
+    still be copied), with no padding after the last character of a line."""
+    unbounded = console.options.update_width(100_000)
+    width = max(console.width, Measurement.get(console, unbounded, table).maximum)
+    plain = Console(file=io.StringIO(), width=width, markup=False, color_system=None,
+                    highlight=False)
+    plain.print(table)
+    for line in plain.file.getvalue().splitlines():  # type: ignore[attr-defined]
+        console.out(line.rstrip(), highlight=False)
 
 
 def _short(when: str | None) -> str:

@@ -1,6 +1,6 @@
 """The scheduler's side: what ``stator launcher-scheduler`` does before and around the worker.
 
-1. Follow the sender (seed 003's "wait on the vxid"): a scheduler started for a ``restart``
+1. Follow the sender (TimescaleDB's "wait on the vxid"): a scheduler started for a ``restart``
    first makes sure it can see that message -- and so everything its sender committed.
 2. Check the schema; none (or an outdated one) -> exit ``EXIT_NO_SCHEMA`` at once, and the
    launcher disables the database until a message.

@@ -7,7 +7,7 @@ carries out the machine's effects on real processes, and writes the state file. 
 sleeps -- on a self-pipe written by child watchers, the PostgreSQL listener, the wake-up
 FIFO and signal handlers -- until the earliest of those events or of its own deadlines (the
 next full round, a SQLite change check, a database's next due time, a slice running out).
-Nothing spins (seed 004).
+Nothing spins: every wait is on a condition with a timeout.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class Launcher:
         """One wake-up's work; returns how long the loop may sleep before the next one."""
         now = time.monotonic()
         self._reap(now)
-        # Discovery on every wake-up (seed 003), at most once per --poll-every; a full
+        # Discovery on every wake-up (as in TimescaleDB), at most once per --poll-every; a full
         # round -- every database's messages and next due time -- every --discover-every.
         full = now >= self._next_discovery
         if full or now >= self._next_scan:

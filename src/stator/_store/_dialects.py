@@ -6,6 +6,7 @@ these pieces are shared (``_tracked.py``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +27,9 @@ class SqlDialect:
 
     def ts_json(self, value: datetime | None) -> str | None:
         """A timestamp inside a JSON payload."""
-        return None if value is None else value.astimezone(UTC).isoformat()
+        if value is None:
+            return None
+        return (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
 
     def payload_source(self, columns: list[tuple[str, str]]) -> str:
         raise NotImplementedError
@@ -37,8 +40,9 @@ class SqlDialect:
     def notify_sql(self) -> str | None:
         return None
 
-    def configure(self, engine: Engine) -> None:
-        """Set per-connection behaviour the engine relies on."""
+    def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
+        """Set per-connection behaviour the engine relies on (``timeouts``: the states'
+        handler deadlines, which bound how long a transaction may legitimately sit idle)."""
 
 
 class SqliteDialect(SqlDialect):
@@ -60,7 +64,7 @@ class SqliteDialect(SqlDialect):
             "json_array(v.state, v.changed_iso))"
         )
 
-    def configure(self, engine: Engine) -> None:
+    def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
         configure_sqlite(engine)
 
 
@@ -81,6 +85,9 @@ class PostgresDialect(SqlDialect):
 
     def notify_sql(self) -> str | None:
         return f"SELECT pg_notify('{NOTIFY_CHANNEL}', :table)"
+
+    def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
+        configure_postgres(engine, idle_transaction_limit(timeouts))
 
 
 def dialect_for(engine_or_name: Engine | str) -> SqlDialect:
@@ -125,3 +132,81 @@ def configure_sqlite(engine: Engine) -> None:
         elif mode == "deferred":
             conn.exec_driver_sql("BEGIN")
         # "lazy": no transaction until the first write (see handler sessions)
+
+
+# -- PostgreSQL sessions across a network that can fail -----------------------------------
+# A host cut off from its database leaves two kinds of wreckage.  On the server, its session
+# stays "idle in transaction" holding the row locks of a claim or write whose COMMIT never
+# arrived; SKIP LOCKED makes every other worker pass those rows by, long after their lease,
+# until the server's own TCP keepalive gives up (two hours with Linux defaults).  On the
+# client, every call waits on TCP retransmits for as long (about 15 minutes).  The server
+# side is bounded by idle_in_transaction_session_timeout, the client side by libpq's TCP
+# keepalives and tcp_user_timeout (unacknowledged data or probes for that long: the
+# connection is dead).  Values a user put in the URL or connect_args win over these.
+
+CLIENT_SETTINGS: dict[str, int] = {
+    "connect_timeout": 5,  # seconds
+    "keepalives": 1,
+    "keepalives_idle": 3,  # seconds of silence before the first probe
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    # Data or probes unacknowledged this long (ms): the link is dead.  Only a silent peer
+    # trips it, never a slow query (the server's kernel acknowledges at once).
+    "tcp_user_timeout": 5_000,
+}
+
+
+IDLE_FLOOR = 5.0  # seconds; see idle_transaction_limit
+
+
+def idle_transaction_limit(timeouts: Iterable[float]) -> float:
+    """Seconds a worker session may sit idle inside a transaction before the server ends it.
+
+    Longer than the longest handler deadline (a handler may hold its session's transaction
+    open while it works, up to its deadline), shorter than a lease (twice a deadline), so
+    that rows locked by a vanished host are free again before their lease ends.  With
+    deadlines of different lengths, the longest wins: a short-deadline row locked by a
+    vanished host may then wait past its lease.  Never under ``IDLE_FLOOR``: on a starved
+    machine a claim's own transaction can sit for a second between its statements, and ending
+    it costs a failed claim and an outage warning (seen with 1 s deadlines, 100k-row torture).
+    """
+    values = [t for t in timeouts if t > 0]
+    if not values:
+        values = [30.0]
+    return max(max(values) + min(values) / 2, IDLE_FLOOR)
+
+
+def with_client_settings(params: dict[str, Any]) -> dict[str, Any]:
+    """libpq connection parameters with Stator's network bounds added where unset.
+
+    Also reads psycopg's ``prepare_threshold`` from the URL (a string there): behind a
+    transaction-pooling PgBouncer older than 1.21, ``?prepare_threshold=none`` keeps psycopg
+    from preparing statements on one server connection and running them on another.
+    """
+    merged = {**CLIENT_SETTINGS, **params}
+    threshold = merged.get("prepare_threshold")
+    if isinstance(threshold, str):
+        text = threshold.strip().lower()
+        merged["prepare_threshold"] = None if text in ("", "none", "off") else int(text)
+    return merged
+
+
+def configure_postgres(engine: Engine, idle_limit: float) -> None:
+    # One engine may serve several Stator objects: keep the most lenient limit asked for.
+    limit = max(idle_limit, getattr(engine, "_stator_idle_limit", 0.0))
+    engine._stator_idle_limit = limit  # type: ignore[attr-defined]
+    if getattr(engine, "_stator_configured", False):
+        return
+    engine._stator_configured = True  # type: ignore[attr-defined]
+
+    @event.listens_for(engine, "do_connect")
+    def _on_do_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams.update(with_client_settings(cparams))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        millis = int(engine._stator_idle_limit * 1000)  # type: ignore[attr-defined]
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {millis}")
+        cursor.close()
+        dbapi_conn.commit()

@@ -8,6 +8,10 @@ Version 2 adds ``stator_launcher_messages``: the launcher's control messages (st
 restart) for this database, inserted in the sender's own transaction so that a rolled-back
 transaction sends nothing.  ``uninstall`` drops Stator's tables but keeps that one, so the
 launcher still hears the ``restart`` sent by the uninstalling transaction itself.
+
+Version 3 adds what the dashboard needs: ``stator_paused`` (models whose rows workers must
+not claim), ``stator_actions`` (who did what from the dashboard, and when) and
+``stator_edge_stats`` (transitions per edge and stats period, for the graph's edge rates).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from sqlalchemy import (
 
 from .._types import UTCDateTime
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -110,6 +114,47 @@ messages_table = Table(
 )
 
 
+# Version 3's tables: a metadata of their own, for the same reason.
+dashboard_metadata = MetaData()
+
+paused_table = Table(
+    "stator_paused",
+    dashboard_metadata,
+    Column("model", String(255), primary_key=True),
+    Column("paused_at", UTCDateTime(), nullable=False),
+    Column("paused_by", String(255), nullable=False),
+)
+
+actions_table = Table(
+    "stator_actions",
+    dashboard_metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("actor", String(255), nullable=False),  # who: the dashboard user's address
+    Column("action", String(32), nullable=False),  # retry, move, retry_failing, pause, resume
+    Column("model", String(255), nullable=False),
+    Column("row_pk", String(255), nullable=True),
+    Column("detail", Text, nullable=False),  # what it did, e.g. "pending -> done"
+    Column("affected", Integer, nullable=False),
+    Index("ix_stator_actions_created", "created_at"),
+)
+
+edge_stats_table = Table(
+    "stator_edge_stats",
+    dashboard_metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("worker_id", String(64), nullable=False),
+    Column("model", String(255), nullable=False),
+    Column("source", String(100), nullable=False),
+    Column("target", String(100), nullable=False),
+    Column("period_end", UTCDateTime(), nullable=False),
+    Column("count", Integer, nullable=False),
+    Index("ix_stator_edge_stats_end", "period_end"),
+)
+
+
 def _v1(conn: Connection) -> None:
     metadata.create_all(conn)
 
@@ -118,7 +163,11 @@ def _v2(conn: Connection) -> None:
     control_metadata.create_all(conn)
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2}
+def _v3(conn: Connection) -> None:
+    dashboard_metadata.create_all(conn)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 
 
 def current_version(conn: Connection) -> int | None:
@@ -157,7 +206,8 @@ def uninstall(conn: Connection) -> list[str]:
     """
     done = []
     insp = inspect(conn)
-    for table in reversed(metadata.sorted_tables):
+    tables = [*metadata.sorted_tables, *dashboard_metadata.sorted_tables]
+    for table in reversed(tables):
         if insp.has_table(table.name):
             table.drop(conn)
             done.append(f"dropped table {table.name}")

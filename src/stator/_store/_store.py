@@ -3,16 +3,27 @@
 Named operations only: claim, write back, find the next due time, record heartbeats,
 stats and errors, report status, migrate and check the schema.  SQL lives here and in
 ``_tracked.py``; the SQLite and PostgreSQL paths differ only by ``SqlDialect``.
+
+Two integrations share all of it.  ``DjangoStore`` (``_django.py``) runs these same statements
+through Django's connections; it overrides only the hooks under "what differs between
+integrations" (wake-up channel, listener connection, handler transactions, per-thread
+cleanup), how claimed rows become objects (``claim``), and ``migrate`` (Django creates the
+tables).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -24,32 +35,78 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, configure_mappers
+from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.schema import CreateTable
 
+from .. import _wake
 from .._policy import Claimed, Write, first_due
-from .._types import UTCDateTime
-from ..errors import SchemaError
+from .._types import UTCDateTime, to_sqlite_text
+from ..errors import ConfigError, SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
-from . import _schema
-from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for
-from ._tracked import TrackedModel, row_key
+from . import _dashboard, _schema
+from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for, with_client_settings
+from ._tracked import TrackedModel
+
+if TYPE_CHECKING:
+    from .._execute import HandlerScopes
 
 WRITE = {BEGIN_OPTION: "immediate"}
 READ = {BEGIN_OPTION: "deferred"}
 NOTIFY_EVERY = 0.1  # seconds
 SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
+INLINE = "inline"  # the writer of failures recorded outside a worker (run_once)
+PAUSE_RECHECK = timedelta(seconds=1)  # how stale the list of paused models may be
 
 
 class Store:
+    migrate_hint = MIGRATE_HINT
+    # Class-level starting values: the Django store builds itself without __init__.
+    _paused: frozenset[str] = frozenset()  # models the dashboard paused, as last read
+    _paused_read: datetime | None = None  # when stator_paused was last read
+
     def __init__(self, engine: Engine, models: Sequence[type]) -> None:
         self.engine = engine
         self.dialect: SqlDialect = dialect_for(engine)
-        self.dialect.configure(engine)
         self.tracked = [TrackedModel.build(m, self.dialect, engine.dialect) for m in models]
+        self.dialect.configure(
+            engine,
+            [s.timeout for t in self.tracked for s in t.graph.states.values() if s.automatic],
+        )
         self._datetime = UTCDateTime()
         self._notified: dict[str, float] = {}
+        self._loaders: dict[str, _Loader] = {}
+        self._writer = writer_lock(self.dialect)
+
+    # -- what differs between integrations (see ``_django.py`` for the other one) ---------
+
+    @property
+    def wake_key(self) -> str:
+        """The in-process wake-up channel of this database (see ``_wake``)."""
+        return _wake.key_for(self.engine.url)
+
+    def sqlite_path(self) -> str | None:
+        return self.engine.url.database
+
+    def listen_connection(self, listen_url: str | None = None) -> Any:
+        """A connection of its own (outside the pool) for LISTEN, in autocommit mode: to
+        ``listen_url`` if given (past a pooler, straight to the server), else like the
+        engine's."""
+        import psycopg
+
+        url = self.engine.url if listen_url is None else make_url(listen_url)
+        args, kwargs = self.engine.dialect.create_connect_args(url)
+        return psycopg.connect(*args, **with_client_settings(dict(kwargs)), autocommit=True)
+
+    def handler_scopes(self) -> HandlerScopes:
+        from .._execute import SessionScopes
+
+        return SessionScopes(self)
+
+    def thread_done(self) -> None:
+        """Called by each worker thread as it ends."""
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -111,13 +168,13 @@ class Store:
             "state_attempts": "0",
         }[name]
         null = "NULL" if column.nullable else "NOT NULL"
-        table = tracked.table.name
+        table = tracked.quoted_table
         return f"ALTER TABLE {table} ADD COLUMN {name} {sqltype} {null} DEFAULT {default}"
 
     def _sqlite_time_defaults(self, conn: Connection, tracked: TrackedModel) -> list[str]:
         """Give rows inserted later the model's time defaults, which SQLite cannot set on a
         column it adds: existing rows get the migration's time, new rows their own."""
-        table, pk = tracked.table.name, tracked.pk
+        table, pk = tracked.quoted_table, tracked.quoted_pk
         changed = _default_sql(tracked.table.c.state_changed, conn)
         scheduled = _default_sql(tracked.table.c.state_next, conn)
         sentinel = f"'{SQLITE_ADDED_SENTINEL}'"
@@ -126,7 +183,7 @@ class Store:
             f"state_next = {sentinel} THEN {scheduled} ELSE state_next END "
             f"WHERE state_changed = {sentinel}"
         ))
-        trigger = f"stator_defaults_{table}"
+        trigger = conn.dialect.identifier_preparer.quote(f"stator_defaults_{tracked.table.name}")
         conn.execute(text(
             f"CREATE TRIGGER IF NOT EXISTS {trigger} AFTER INSERT ON {table} FOR EACH ROW "
             f"WHEN NEW.state_changed = {sentinel} OR NEW.state_next = {sentinel} BEGIN "
@@ -143,7 +200,7 @@ class Store:
         ddl = conn.dialect.ddl_compiler(conn.dialect, CreateTable(tracked.table))
         default = ddl.get_column_default_string(column)
         action = "DROP DEFAULT" if default is None else f"SET DEFAULT {default}"
-        return f"ALTER TABLE {tracked.table.name} ALTER COLUMN {name} {action}"
+        return f"ALTER TABLE {tracked.quoted_table} ALTER COLUMN {name} {action}"
 
     def _install_notify(self, conn: Connection, tracked: TrackedModel) -> list[str]:
         if self.dialect.name != "postgresql":
@@ -156,22 +213,25 @@ class Store:
         exists = conn.execute(
             text("SELECT 1 FROM pg_trigger WHERE tgname = :name AND NOT tgisinternal "
                  "AND tgrelid = CAST(:table AS regclass)"),
-            {"name": trigger, "table": tracked.table.name},
+            {"name": trigger, "table": tracked.quoted_table},  # regclass parses the quoting
         ).first()
         if exists:
             return []
         conn.execute(text(
-            f"CREATE TRIGGER {trigger} AFTER INSERT ON {tracked.table.name} "
-            "FOR EACH STATEMENT EXECUTE FUNCTION stator_notify()"
+            f"CREATE TRIGGER {conn.dialect.identifier_preparer.quote(trigger)} AFTER INSERT "
+            f"ON {tracked.quoted_table} FOR EACH STATEMENT EXECUTE FUNCTION stator_notify()"
         ))
         return [f"installed wake-up trigger on {tracked.table.name}"]
 
     def problems(self) -> list[str]:
         """Why this database is not ready to be run, each with its fix; empty when ready."""
+        nowhere = missing_sqlite_file(self.engine)
+        if nowhere is not None:  # connecting would create an empty file there
+            return [f"no database at {nowhere}; run `stator migrate APP` first"]
         with self.engine.connect() as conn:
             version = _schema.current_version(conn)
             if version is None:
-                return [f"the database has no Stator tables: {MIGRATE_HINT}"]
+                return [f"the database has no Stator tables: {self.migrate_hint}"]
             if version > _schema.SCHEMA_VERSION:
                 return [
                     f"the database's Stator schema is version {version}, newer than this "
@@ -179,18 +239,19 @@ class Store:
                 ]
             found = []
             if version < _schema.SCHEMA_VERSION:
-                found.append(f"the Stator schema is version {version}: {MIGRATE_HINT}")
+                found.append(f"the Stator schema is version {version}: {self.migrate_hint}")
             insp = inspect(conn)
             for tracked in self.tracked:
                 name = tracked.table.name
                 if not insp.has_table(name):
-                    found.append(f"table {name} does not exist: {MIGRATE_HINT}")
+                    found.append(f"table {name} does not exist: {self.migrate_hint}")
                     continue
                 columns = {c["name"] for c in insp.get_columns(name)}
                 missing = [c for c in STATOR_COLUMNS if c not in columns]
                 if missing:
+                    lacking = ", ".join(missing)
                     found.append(
-                        f"table {name} lacks Stator column(s) {', '.join(missing)}: {MIGRATE_HINT}"
+                        f"table {name} lacks Stator column(s) {lacking}: {self.migrate_hint}"
                     )
             return found
 
@@ -206,14 +267,24 @@ class Store:
     ) -> list[tuple[Any, Claimed]]:
         """Lease up to ``limit`` due rows; returns (ORM object, claim) pairs, objects detached."""
         sql = tracked.sql.get("claim")
-        if sql is None or limit <= 0:
+        if sql is None or limit <= 0 or self.is_paused(tracked, now):
             return []
-        params: dict[str, Any] = {"now": self.dialect.ts(now), "limit": limit}
-        for i, state in enumerate(tracked.graph.scheduled_states()):
-            params[f"lease_{i}"] = self.dialect.ts(now + timedelta(seconds=state.lease))
-        statement = select(tracked.model).from_statement(
-            text(sql).columns(*tracked.table.c)
-        )
+        params = self._claim_params(tracked, now, limit)
+        loader = self._loaders.get(tracked.name)
+        if loader is None:
+            loader = self._loaders[tracked.name] = _Loader(tracked, sql)
+        if not loader.fast:
+            return self._claim_orm(tracked, sql, params)
+        with self._writer, self.engine.connect().execution_options(**WRITE) as conn, \
+                conn.begin():
+            rows = conn.execute(loader.statement, params).all()
+        return [loader.load(row) for row in rows]
+
+    def _claim_orm(
+        self, tracked: TrackedModel, sql: str, params: dict[str, Any]
+    ) -> list[tuple[Any, Claimed]]:
+        """The ORM's own loading, for models whose load events must run (a reconstructor)."""
+        statement = select(tracked.model).from_statement(text(sql).columns(*tracked.table.c))
         with Session(self.engine, expire_on_commit=False, autoflush=False) as session:
             session.connection(execution_options=WRITE)
             objects = list(session.scalars(statement, params))
@@ -221,42 +292,114 @@ class Store:
             session.expunge_all()
         return [(obj, _claimed(obj, tracked)) for obj in objects]
 
+    def is_paused(self, tracked: TrackedModel, now: datetime) -> bool:
+        """Whether the dashboard paused ``tracked``: read at most once per PAUSE_RECHECK, so
+        a busy worker pays one small query a second for it, not one per claim."""
+        read = self._paused_read
+        if read is None or not read <= now < read + PAUSE_RECHECK:
+            with self.engine.connect() as conn:
+                self._paused = _dashboard.paused_models(conn)
+                conn.rollback()
+            self._paused_read = now
+        return tracked.name in self._paused
+
+    def _claim_params(self, tracked: TrackedModel, now: datetime, limit: int) -> dict[str, Any]:
+        params: dict[str, Any] = {"now": self.dialect.ts(now), "limit": limit}
+        for i, state in enumerate(tracked.graph.scheduled_states()):
+            params[f"lease_{i}"] = self.dialect.ts(now + timedelta(seconds=state.lease))
+        return params
+
     def write(
-        self, tracked: TrackedModel, writes: Sequence[Write], conn: Connection | None = None
+        self, tracked: TrackedModel, writes: Sequence[Write], conn: Connection | None = None,
+        worker_id: str = INLINE,
     ) -> set[Any]:
-        """Apply fenced writes; returns the primary keys whose fence no longer held."""
+        """Apply fenced writes; returns the primary keys whose fence no longer held.
+        ``worker_id`` names the writer in the failures it records."""
         if not writes:
             return set()
         if conn is not None:
-            return self._write(conn, tracked, writes)
-        with self.engine.connect().execution_options(**WRITE) as own, own.begin():
-            return self._write(own, tracked, writes)
+            return self._write(conn, tracked, writes, worker_id)
+        with self._writer, self.engine.connect().execution_options(**WRITE) as own, \
+                own.begin():
+            return self._write(own, tracked, writes, worker_id)
 
     def write_all(
-        self, groups: Sequence[tuple[TrackedModel, Sequence[Write]]]
+        self, groups: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str = INLINE
     ) -> dict[str, set[Any]]:
         """Apply every model's writes in one transaction; lost primary keys per model."""
-        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
-            return {t.name: self._write(conn, t, writes) for t, writes in groups if writes}
+        with self._writer, self.engine.connect().execution_options(**WRITE) as conn, \
+                conn.begin():
+            return {
+                t.name: self._write(conn, t, writes, worker_id) for t, writes in groups if writes
+            }
 
-    def _write(self, conn: Connection, tracked: TrackedModel, writes: Sequence[Write]) -> set[Any]:
+    def _write(
+        self, conn: Connection, tracked: TrackedModel, writes: Sequence[Write], worker_id: str
+    ) -> set[Any]:
         updates = [w for w in writes if not w.delete]
         deletes = [w for w in writes if w.delete]
         applied: set[Any] = set()
         if updates:
-            payload = json.dumps([self._payload(w) for w in updates])
-            applied.update(conn.execute(text(tracked.sql["write"]), {"payload": payload}).scalars())
+            raw = conn.connection.dbapi_connection
+            if isinstance(raw, sqlite3.Connection) and "write_row" in tracked.sql:
+                applied.update(self._write_rows(raw, tracked, updates))
+            else:
+                history = tracked.history_type is not None
+                payload = json.dumps([self._payload(w, history) for w in updates])
+                applied.update(
+                    conn.execute(text(tracked.sql["write"]), {"payload": payload}).scalars()
+                )
         if deletes:
             payload = json.dumps([self._payload(w) for w in deletes])
             applied.update(
                 conn.execute(text(tracked.sql["delete"]), {"payload": payload}).scalars()
             )
+        extras = [w for w in updates if w.extra is not None and w.pk in applied]
+        if extras:
+            if tracked.write_extra is None:
+                raise ConfigError(f"model {tracked.name} has no stator_write_extra")
+            tracked.write_extra(self, conn, extras)
         failures = [w for w in writes if w.failure is not None and w.pk in applied]
         if failures:
-            self._record_errors(conn, tracked, failures)
+            self._record_errors(conn, tracked, failures, worker_id)
         if any(w.moved for w in updates):
             self._notify_moves(conn, tracked)
         return {w.pk for w in writes} - applied
+
+    def _write_rows(
+        self, raw: sqlite3.Connection, tracked: TrackedModel, writes: Sequence[Write]
+    ) -> list[Any]:
+        """SQLite: the fenced UPDATE once per row on the DBAPI connection, inside the caller's
+        transaction; the primary keys whose fence held.
+
+        SQLite runs in this process, so a statement per row costs no round trip, while the
+        one-statement form (a JSON array, unpacked by ``json_each`` and nine ``->>`` per
+        row) cost more CPU than the rows' own updates, in Python and in SQLite alike.
+        ``executemany`` would be cheaper still but cannot say which rows it changed.
+        """
+        ts = to_sqlite_text
+        history = tracked.history_type is not None
+        cursor = raw.cursor()
+        sql = tracked.sql["write_row"]
+        applied = []
+        try:
+            for w in writes:
+                changed, after = w.state_changed, w.state_next
+                values: tuple[Any, ...] = (
+                    w.state, None if changed is None else ts(changed),
+                    None if after is None else ts(after), w.attempts, w.pk, w.fence_state,
+                    ts(w.fence),
+                )
+                if history:
+                    iso = None if changed is None else changed.isoformat()
+                    values = (*values, w.moved, iso)
+                # Numbered placeholders (?1…) are named ones to sqlite3: bind by name.
+                cursor.execute(sql, {str(i): v for i, v in enumerate(values, 1)})
+                if cursor.rowcount == 1:
+                    applied.append(w.pk)
+        finally:
+            cursor.close()
+        return applied
 
     def _notify_moves(self, conn: Connection, tracked: TrackedModel) -> None:
         """Tell idle workers elsewhere that rows moved (and may be due).  At most one NOTIFY
@@ -269,29 +412,41 @@ class Store:
         self._notified[tracked.name] = now
         conn.execute(text(notify), {"table": tracked.table.name})
 
-    def _payload(self, w: Write) -> dict[str, Any]:
+    def send_notification(self, payload: str) -> None:
+        """A notification on the wake-up channel (the listener's check that they arrive)."""
+        notify = self.dialect.notify_sql()
+        if notify is not None:
+            with self.engine.connect() as conn:
+                conn.execute(text(notify), {"table": payload})
+                conn.commit()
+
+    def _payload(self, w: Write, history: bool = True) -> dict[str, Any]:
+        """One write as the statement's JSON record.  ``history``: the table keeps
+        ``state_history`` (only then is ``changed_iso`` read; formatting it for nothing
+        cost a tenth of the write's Python time)."""
         ts = self.dialect.ts_json
+        changed = w.state_changed
         return {
             "pk": w.pk, "fence_state": w.fence_state, "fence": ts(w.fence), "state": w.state,
-            "changed": ts(w.state_changed), "next": ts(w.state_next), "attempts": w.attempts,
+            "changed": ts(changed), "next": ts(w.state_next), "attempts": w.attempts,
             "moved": w.moved,
-            "changed_iso": w.state_changed.isoformat() if w.state_changed else None,
+            "changed_iso": changed.isoformat() if history and changed else None,
         }
 
-    def _record_errors(self, conn: Connection, tracked: TrackedModel, writes: list[Write]) -> None:
+    def _record_errors(
+        self, conn: Connection, tracked: TrackedModel, writes: list[Write], worker_id: str
+    ) -> None:
         conn.execute(insert(_schema.errors_table), [
             {
-                "model": tracked.name, "row_pk": row_key(w.pk), "state": w.fence_state,
+                "model": tracked.name, "row_pk": str(w.pk), "state": w.fence_state,
                 "attempt": w.attempt, "kind": w.failure.kind, "message": w.failure.message[:4000],
                 "traceback": w.failure.traceback[-16000:],
                 # When it failed: not the row's state_changed, which for a row that stays
                 # is when it entered its state (maybe days ago: pruned at once, never shown).
-                "created_at": w.failed_at or w.state_changed, "worker_id": self.worker_id,
+                "created_at": w.failed_at or w.state_changed, "worker_id": worker_id,
             }
             for w in writes if w.failure is not None
         ])
-
-    worker_id = "inline"
 
     def next_due(self, tracked: Iterable[TrackedModel]) -> datetime | None:
         """The earliest time any row of these models needs the engine (leases included)."""
@@ -300,6 +455,11 @@ class Store:
             for t in tracked:
                 sql = t.sql.get("next_due")
                 if sql is None:
+                    continue
+                if t.name in self._paused and self._paused_read is not None:
+                    # Paused: look again once the pause may have been lifted, not before.
+                    again = self._paused_read + PAUSE_RECHECK
+                    earliest = again if earliest is None else min(earliest, again)
                     continue
                 for (value,) in conn.execute(text(f"SELECT min(due) FROM ({sql}) AS d")):
                     due = self._datetime.process_result_value(value, conn.dialect)
@@ -320,7 +480,7 @@ class Store:
                     continue
                 listed = ", ".join(f"'{s}'" for s in states)
                 count, oldest = conn.execute(text(
-                    f"SELECT count(*), min(state_next) FROM {t.table.name} "
+                    f"SELECT count(*), min(state_next) FROM {t.quoted_table} "
                     f"WHERE state IN ({listed}) AND state_next IS NOT NULL AND state_next <= :now"
                 ), {"now": self.dialect.ts(now)}).one()
                 first = self._datetime.process_result_value(oldest, conn.dialect)
@@ -352,10 +512,18 @@ class Store:
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
             conn.execute(delete(table).where(table.c.id == worker_id))
 
-    def record_stats(self, rows: list[dict[str, Any]], prune_before: datetime) -> None:
+    def record_stats(
+        self, rows: list[dict[str, Any]], prune_before: datetime,
+        edges: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """One stats period per model, and its transitions per edge (``edges``)."""
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
             if rows:
                 conn.execute(insert(_schema.stats_table), rows)
+            if edges:
+                conn.execute(insert(_schema.edge_stats_table), list(edges))
+            edge_stats = _schema.edge_stats_table
+            conn.execute(delete(edge_stats).where(edge_stats.c.period_end < prune_before))
             stats, errors, workers = (
                 _schema.stats_table, _schema.errors_table, _schema.workers_table
             )
@@ -366,27 +534,9 @@ class Store:
     # -- status ----------------------------------------------------------------------------
 
     def state_counts(self, now: datetime) -> list[dict[str, Any]]:
-        """Per model and state: rows, due now, oldest due time, rows failing."""
-        out = []
-        due_at = self.dialect.ts(now)
-        with self.engine.connect().execution_options(**READ) as conn:
-            for t in self.tracked:
-                rows = conn.execute(text(
-                    f"SELECT state, count(*), "
-                    f"sum(CASE WHEN state_next <= :now THEN 1 ELSE 0 END), "
-                    f"min(CASE WHEN state_next <= :now THEN state_next END), "
-                    f"sum(CASE WHEN state_attempts > 0 THEN 1 ELSE 0 END) "
-                    f"FROM {t.table.name} GROUP BY state ORDER BY state"
-                ), {"now": due_at})
-                for state, count, due, oldest, failing in rows:
-                    out.append({
-                        "model": t.name, "state": state, "rows": int(count),
-                        "due": int(due or 0),
-                        "oldest_due": self._datetime.process_result_value(oldest, conn.dialect),
-                        "failing": int(failing or 0),
-                        "known": state in t.graph.states,
-                    })
-        return out
+        """Per model and state: rows, due now, oldest due time, rows failing (counted in
+        ``_dashboard``, shared with the dashboard and its metrics)."""
+        return _dashboard.state_counts(self, now)
 
     def recent_stats(self, since: datetime) -> list[dict[str, Any]]:
         s = _schema.stats_table
@@ -407,16 +557,47 @@ class Store:
                 for m, p, tr, e, to, lo, lag in conn.execute(query)
             ]
 
-    def recent_errors(self, limit: int = 20) -> list[dict[str, Any]]:
+    def recent_errors(
+        self, limit: int = 20, models: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest errors, of ``models`` only if given (another app may share the
+        database and Stator's tables)."""
         e = _schema.errors_table
         query = select(e).order_by(e.c.id.desc()).limit(limit)
+        if models is not None:
+            query = query.where(e.c.model.in_(list(models)))
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
-    def workers(self) -> list[dict[str, Any]]:
+    def workers(self, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Workers that run any of ``models`` (all workers if not given)."""
         w = _schema.workers_table
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(select(w).order_by(w.c.started_at))]
+            rows = [dict(r._mapping) for r in conn.execute(select(w).order_by(w.c.started_at))]
+        if models is None:
+            return rows
+        wanted = set(models)
+        return [r for r in rows if wanted & set(r["models"].split(","))]
+
+
+def writer_lock(dialect: SqlDialect) -> AbstractContextManager[Any]:
+    """SQLite: the engine's own write transactions (claims, batched writes) take turns in
+    this process before asking SQLite for its lock.  Left to SQLite, the loser of a race
+    between the claiming and the writing thread sleeps in SQLite's busy handler (1 ms, then
+    2, 5, 10…) though the lock is free again within a millisecond: most of the time SQLite
+    runs spent asleep.  Other processes and handler sessions still meet the busy timeout."""
+    return threading.Lock() if dialect.name == "sqlite" else contextlib.nullcontext()
+
+
+def missing_sqlite_file(engine: Engine) -> Path | None:
+    """The path of a SQLite database file that does not exist (yet), else None."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith("file:"):
+        return None  # a URI names its file its own way; leave it to SQLite
+    path = Path(url.database)
+    return None if path.exists() else path
 
 
 def _default_sql(column: Any, conn: Connection) -> str:
@@ -424,6 +605,45 @@ def _default_sql(column: Any, conn: Connection) -> str:
     if default is None:
         return "NULL"
     return str(default.arg.compile(dialect=conn.dialect))
+
+
+class _Loader:
+    """Turns claimed rows into detached ORM objects without the ORM's loading machinery.
+
+    Loading 100 rows through ``select(model).from_statement`` (identity map, a session, then
+    ``expunge_all``) cost about a third of the worker's claim time; a claimed row is
+    only ever handed to one handler, so none of that bookkeeping buys anything here.  The
+    object is built as the ORM builds a loaded one: ``__new__`` plus instance state, the
+    column values put straight into its ``__dict__`` (no change events), then marked as
+    persistent-but-detached by its identity key, exactly what the handler's session
+    expects to ``add``.  Models with load listeners (a
+    ``@reconstructor``) go through the ORM instead, so their hooks still run.
+    """
+
+    def __init__(self, tracked: TrackedModel, sql: str) -> None:
+        configure_mappers()  # the attribute machinery the objects need must exist
+        mapper: Any = inspect(tracked.model)
+        self.manager = mapper.class_manager
+        self.fast = not self.manager.dispatch.load and not self.manager.dispatch.refresh
+        self.statement = text(sql).columns(*tracked.table.c)
+        self.mapper = mapper
+        names = list(tracked.table.c.keys())
+        self.keys = [mapper.get_property_by_column(c).key for c in tracked.table.c]
+        self.pk, self.state = names.index(tracked.pk), names.index("state")
+        self.changed, self.lease = names.index("state_changed"), names.index("state_next")
+        self.attempts = names.index("state_attempts")
+
+    def load(self, row: Sequence[Any]) -> tuple[Any, Claimed]:
+        obj = self.manager.new_instance()
+        obj.__dict__.update(zip(self.keys, row, strict=True))
+        # What ``make_transient_to_detached`` does to a fresh object, without its general
+        # case (reading the key back through the attribute machinery, clearing a history
+        # that a fresh object does not have): an identity key makes it detached.
+        instance_state(obj).key = self.mapper.identity_key_from_primary_key([row[self.pk]])
+        return obj, Claimed(
+            pk=row[self.pk], state=row[self.state], state_changed=row[self.changed],
+            lease_until=row[self.lease], attempts=row[self.attempts],
+        )
 
 
 def _claimed(obj: Any, tracked: TrackedModel) -> Claimed:

@@ -6,10 +6,11 @@ database can prepare it once and reuse the plan.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table, inspect
+from sqlalchemy import Connection, Table, inspect
 from sqlalchemy.engine import Dialect
 
 from .._graph import StateGraph
@@ -41,7 +42,17 @@ class TrackedModel:
     pk_type: str
     history_type: str | None
     name: str
+    quoted_table: str = ""  # the table and column names as the SQL must spell them
+    quoted_pk: str = ""
+    quoted_columns: list[str] = field(default_factory=list)
     sql: dict[str, str] = field(default_factory=dict)
+    where: str | None = None  # an extra claim condition (e.g. the task queues a worker runs)
+    # The model's ``stator_claim_priority``: a column whose higher values are claimed first
+    # (quoted as the SQL spells it), or None to claim by due time only.
+    priority: str | None = None
+    # The model's ``stator_write_extra(store, conn, writes)``: writes ``Write.extra`` in the
+    # transaction of the fenced write, for the rows whose fence held.
+    write_extra: Callable[[Any, Connection, Sequence[Any]], None] | None = None
 
     @classmethod
     def build(cls, model: type, dialect: SqlDialect, sa_dialect: Dialect) -> TrackedModel:
@@ -49,6 +60,19 @@ class TrackedModel:
         table = mapper.local_table
         if not isinstance(table, Table):
             raise ConfigError(f"{model.__name__}: Stator needs a model mapped to one table")
+        pks = list(table.primary_key.columns)
+        if len(pks) != 1:
+            raise ConfigError(f"{model.__name__}: Stator needs a single-column primary key")
+        pk_attr = mapper.get_property_by_column(pks[0]).key
+        return cls.from_table(model, table, pk_attr, dialect, sa_dialect)
+
+    @classmethod
+    def from_table(
+        cls, model: type, table: Table, pk_attr: str, dialect: SqlDialect, sa_dialect: Dialect,
+        where: str | None = None,
+    ) -> TrackedModel:
+        """From a table's description, whatever declared it (a SQLAlchemy mapping, or a
+        Django model's fields: see ``_django.py``)."""
         graph = getattr(model, "state_graph", None)
         if not (isinstance(graph, type) and issubclass(graph, StateGraph)):
             raise ConfigError(f"{model.__name__}: set state_graph on the model")
@@ -56,30 +80,38 @@ class TrackedModel:
         if len(pks) != 1:
             raise ConfigError(f"{model.__name__}: Stator needs a single-column primary key")
         history = table.c.get("state_history")
+        quote = sa_dialect.identifier_preparer
+        priority = getattr(model, "stator_claim_priority", None)
+        if priority is not None and priority not in table.c:
+            raise ConfigError(
+                f"{model.__name__}.stator_claim_priority names {priority!r}, which is not a "
+                f"column of {table.name}"
+            )
         tracked = cls(
-            model=model, graph=graph, table=table, pk=pks[0].name,
-            pk_attr=mapper.get_property_by_column(pks[0]).key,
+            model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
             history_type=None if history is None else history.type.compile(sa_dialect),
-            name=table.name,
+            name=table.name, quoted_table=quote.format_table(table),
+            quoted_pk=quote.quote(pks[0].name),
+            quoted_columns=[quote.quote(c.name) for c in table.c],
+            where=where, priority=None if priority is None else quote.quote(priority),
+            write_extra=getattr(model, "stator_write_extra", None),
         )
         tracked.sql = _build_sql(tracked, dialect)
         return tracked
 
-    def quoted(self) -> str:
-        return self.table.name
-
 
 def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
-    table, pk = t.quoted(), t.pk
+    table, pk = t.quoted_table, t.quoted_pk
     scheduled = [s.name for s in t.graph.scheduled_states()]
     sql: dict[str, str] = {}
+    extra = f" AND ({t.where})" if t.where else ""
     if scheduled:
-        returning = ", ".join(c.name for c in t.table.c)
-        sql["claim"] = _claim_sql(table, pk, scheduled, d, returning)
+        returning = ", ".join(t.quoted_columns)
+        sql["claim"] = _claim_sql(table, pk, scheduled, d, returning, extra, t.priority)
         sql["next_due"] = " UNION ALL ".join(
             f"SELECT min(state_next) AS due FROM {table} "
-            f"WHERE state = '{name}' AND state_next IS NOT NULL"
+            f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
             for name in scheduled
         )
     columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
@@ -97,6 +129,8 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         f"FROM {source} WHERE {table}.{pk} = v.pk AND {table}.state = v.fence_state "
         f"AND {table}.state_next = v.fence RETURNING {table}.{pk}"
     )
+    if d.name == "sqlite":
+        sql["write_row"] = _sqlite_write_row(t)
     sql["delete"] = (
         f"DELETE FROM {table} WHERE ({pk}, state, state_next) IN "
         f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
@@ -104,28 +138,48 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
     return sql
 
 
-def _claim_sql(table: str, pk: str, states: list[str], d: SqlDialect, returning: str) -> str:
+def _sqlite_write_row(t: TrackedModel) -> str:
+    """The same fenced write for one row, positional parameters (SQLite: ``Store._write_rows``):
+    ?1 state, ?2 changed, ?3 next, ?4 attempts, ?5 pk, ?6 fence state, ?7 fence, ?8 moved,
+    ?9 changed (ISO, for the history)."""
+    table, pk = t.quoted_table, t.quoted_pk
+    history = ""
+    if t.history_type is not None:
+        history = (
+            f", state_history = CASE WHEN ?8 THEN json_insert(coalesce({table}.state_history, "
+            f"'[]'), '$[#]', json_array(?1, ?9)) ELSE {table}.state_history END"
+        )
+    return (
+        f"UPDATE {table} SET state = ?1, state_changed = ?2, state_next = ?3, "
+        f"state_attempts = ?4{history} WHERE {pk} = ?5 AND state = ?6 AND state_next = ?7"
+    )
+
+
+def _claim_sql(
+    table: str, pk: str, states: list[str], d: SqlDialect, returning: str, extra: str = "",
+    priority: str | None = None,
+) -> str:
     """One statement that leases up to :limit due rows, shared fairly between states.
 
     Each state contributes its oldest due rows (an index range scan per state); the picks are
     interleaved round-robin (first of each state, then second of each...) so a state with a
-    backlog cannot starve the others.  PostgreSQL skips rows other workers hold.
+    backlog cannot starve the others.  PostgreSQL skips rows other workers hold.  With a
+    ``priority`` column, each state's rows are taken highest priority first, then oldest.
     """
+    order = "state_next" if priority is None else f"{priority} DESC, state_next"
+    picked = f", {priority}" if priority is not None else ""
     branches = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {pk}, state, state_next FROM {table} "
-        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now "
-        f"ORDER BY state_next LIMIT :limit{d.skip_locked}) AS b{i}"
+        f"SELECT * FROM (SELECT {pk}, state, state_next{picked} FROM {table} "
+        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
+        f"ORDER BY {order} LIMIT :limit{d.skip_locked}) AS b{i}"
         for i, name in enumerate(states)
     )
     lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
     return (
-        f"WITH due AS (SELECT {pk}, state_next, row_number() OVER "
-        f"(PARTITION BY state ORDER BY state_next) AS rn FROM ({branches}) AS c), "
-        f"picked AS (SELECT {pk} FROM due ORDER BY rn, state_next LIMIT :limit) "
+        f"WITH due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
+        f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c), "
+        f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET state_next = CASE state {lease} END "
         f"WHERE {pk} IN (SELECT {pk} FROM picked) RETURNING {returning}"
     )
 
-
-def row_key(pk: Any) -> str:
-    return str(pk)

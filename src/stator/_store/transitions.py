@@ -78,7 +78,8 @@ def _move(
     }
     if "state_history" in table.c:
         history_type = table.c.state_history.type.compile(bind.dialect)
-        append = dialect.history_append(table.name, history_type)
+        quoted = bind.dialect.identifier_preparer.format_table(table)
+        append = dialect.history_append(quoted, history_type)
         append = append.replace("v.state", ":stator_to").replace("v.changed_iso", ":stator_iso")
         values["state_history"] = text(append).bindparams(
             stator_to=target.name, stator_iso=now.isoformat()

@@ -1,0 +1,196 @@
+"""Stator's ``django.tasks`` backend against the reference database backend, same run.
+
+    python benchmarks/django_tasks.py [--db sqlite|postgresql ...] [--tasks 5000]
+        [--latency-samples 40] [--json]
+
+For each database and backend: ``migrate`` a fresh database, enqueue ``--tasks`` no-op tasks
+inside one transaction (enqueue rate), drain them with one worker process (Stator:
+``manage.py runstator --until-idle``; reference: ``manage.py db_worker --batch --interval 0``)
+and report tasks/s as finished tasks / (last finish - first start); then, with an idle
+worker running, enqueue tasks one at a time and report the pickup latency (enqueue → start)
+and the idle worker's CPU.  The reference runs with persistent connections
+(``CONN_MAX_AGE=None``, its best case) and with Django's default (0).  Needs Django >= 6.0
+and ``django-tasks-db`` (``pip install -e '.[django,bench]' django-tasks-db``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parent / "django_tasks_project"
+PG_SERVER = os.environ.get("STATOR_TEST_PG_PLAIN", "postgresql://postgres@127.0.0.1:5432")
+IDLE_SECONDS = 10.0
+SAVED = Path(__file__).resolve().parent / "results" / "django_tasks.jsonl"
+REPORT = Path(__file__).resolve().parent / "RESULTS.md"
+MARK_START, MARK_END = "<!-- django-tasks -->", "<!-- /django-tasks -->"
+
+
+@contextmanager
+def database(kind: str) -> Iterator[dict[str, str]]:
+    """Environment variables naming a fresh database of ``kind``, removed afterwards."""
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            yield {"BENCH_SQLITE": str(Path(folder) / "bench.db")}
+        return
+    import psycopg
+
+    name = f"stator_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield {"BENCH_PG": f"{PG_SERVER}/{name}"}
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, *args], cwd=PROJECT, env=env, capture_output=True, text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def step(env: dict[str, str], name: str, arg: int) -> dict[str, Any]:
+    out = run(env, "benchsteps.py", name, str(arg))
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def worker_command(backend: str, idle: bool) -> list[str]:
+    if backend == "stator":
+        return ["manage.py", "runstator"] if idle else ["manage.py", "runstator", "--until-idle"]
+    command = ["manage.py", "db_worker", "--no-startup-delay"]
+    return command if idle else [*command, "--batch", "--interval", "0"]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(kind: str, backend: str, conn_max_age: str, tasks: int, samples: int) -> dict[str, Any]:
+    with database(kind) as db_env:
+        env = {**os.environ, **db_env, "BENCH_BACKEND": backend,
+               "BENCH_CONN_MAX_AGE": conn_max_age,
+               "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{PROJECT}"}
+        run(env, "manage.py", "migrate", "-v", "0")
+        enqueued = step(env, "enqueue", tasks)
+        started = time.perf_counter()
+        run(env, *worker_command(backend, idle=False))
+        wall = time.perf_counter() - started
+        drained = step(env, "drained", 0)
+        row: dict[str, Any] = {
+            "database": kind, "backend": backend, "conn_max_age": conn_max_age,
+            "tasks": tasks, "enqueue_per_s": round(enqueued["per_second"]),
+            "drain_per_s": round(drained["per_second"]), "drained": drained["finished"],
+            "worker_wall_s": round(wall, 2),
+        }
+        if samples:
+            worker = subprocess.Popen(
+                [sys.executable, *worker_command(backend, idle=True)], cwd=PROJECT, env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            try:
+                time.sleep(3.0)  # started and idle
+                before = cpu_seconds(worker.pid)
+                time.sleep(IDLE_SECONDS)
+                row["idle_cpu_pct"] = round(
+                    100 * (cpu_seconds(worker.pid) - before) / IDLE_SECONDS, 2
+                )
+                latency = step(env, "trickle", samples)
+                row["pickup_p50_ms"] = round(latency["p50_ms"], 1)
+                row["pickup_p95_ms"] = round(latency["p95_ms"], 1)
+            finally:
+                worker.terminate()
+                worker.wait(timeout=60)
+        return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", action="append", choices=["sqlite", "postgresql"])
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--latency-samples", type=int, default=40)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write", action="store_true",
+                        help=f"save the rows to {SAVED} and the section in {REPORT}")
+    parser.add_argument("--from-saved", action="store_true",
+                        help=f"only rewrite the section of {REPORT} from {SAVED}")
+    args = parser.parse_args()
+    if args.from_saved:
+        rows = [json.loads(line) for line in SAVED.read_text().splitlines() if line.strip()]
+        write_section(rows)
+        return
+    rows = []
+    for kind in args.db or ["sqlite", "postgresql"]:
+        for backend, age in (("stator", "0"), ("reference", "none"), ("reference", "0")):
+            row = measure(kind, backend, age, args.tasks, args.latency_samples)
+            rows.append(row)
+            print(json.dumps(row) if args.json else _line(row), flush=True)
+    if args.write:
+        SAVED.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_section(rows)
+
+
+def write_section(rows: list[dict[str, Any]]) -> None:
+    """Replace the Django tasks section of RESULTS.md (between its markers), or append it."""
+    table = [
+        "| database | backend | connections | enqueue in one transaction (/s) | drain, one "
+        "worker (tasks/s) | pickup p50 / p95 (ms) | idle worker CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        name = "Stator" if r["backend"] == "stator" else "django-tasks-db"
+        age = "persistent" if r["conn_max_age"] == "none" else "CONN_MAX_AGE=0"
+        pickup = f"{r.get('pickup_p50_ms', '-')} / {r.get('pickup_p95_ms', '-')}"
+        table.append(
+            f"| {r['database']} | {name} | {age} | {r['enqueue_per_s']:,} | "
+            f"{r['drain_per_s']:,} | {pickup} | {r.get('idle_cpu_pct', '-')}% |"
+        )
+    ratios = []
+    for kind in sorted({r["database"] for r in rows}):
+        same = [r for r in rows if r["database"] == kind]
+        ours = [r["drain_per_s"] for r in same if r["backend"] == "stator"]
+        theirs = [r["drain_per_s"] for r in same if r["backend"] == "reference"]
+        if ours and theirs:
+            ratios.append(f"{kind}: {max(ours) / max(theirs):.1f}x its best drain rate")
+    section = "\n".join([
+        MARK_START, "## Django tasks (`django.tasks` backends)", "",
+        f"`python benchmarks/django_tasks.py --write` ({rows[0]['tasks']:,} no-op tasks per "
+        "row; one worker process with Django's default settings; see the script's docstring). "
+        "Stator against the reference database backend (`django-tasks-db`, "
+        "`manage.py db_worker`) in the same run. Drain = finished tasks / (last finish - "
+        "first start).", "", *table, "",
+        "Stator / reference: " + "; ".join(ratios) + ".", MARK_END, "",
+    ])
+    text = REPORT.read_text() if REPORT.exists() else ""
+    if MARK_START in text:
+        before, rest = text.split(MARK_START, 1)
+        after = rest.split(MARK_END, 1)[1].lstrip("\n")
+        text = before + section + after
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    REPORT.write_text(text)
+
+
+def _line(row: dict[str, Any]) -> str:
+    return " | ".join(f"{k}={v}" for k, v in row.items())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Remove, one at a time, each line that makes Stator safe (and the identifier quoting) from a
+# scratch copy of the source, run the fast tests that guard it, and fail if any removal
+# survives (its tests still pass).  The working tree is never touched.
+#
+#   bash scripts/mutants.sh            # the guarding tests of each removal (about a minute)
+#   MUTANTS_FULL=1 bash scripts/mutants.sh   # the whole fast suite (-m "not slow") per removal
+#
+# PostgreSQL is expected as for scripts/test.sh (STATOR_TEST_PG to override).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VENV:-.venv}
+PYTHON="$ROOT/$VENV/bin/python"
+if [ ! -x "$PYTHON" ]; then
+    echo "no $VENV: run scripts/test.sh once first" >&2
+    exit 2
+fi
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+
+# name | file | exact text to find | its replacement | tests that must fail without it
+MUTANTS=$(cat <<'EOF'
+skip-locked|src/stator/_store/_dialects.py|skip_locked = " FOR UPDATE SKIP LOCKED"|skip_locked = ""|tests/test_safety_lines.py::test_a_claim_skips_rows_another_transaction_holds
+lease-left|src/stator/_execute.py|write = _policy.release(task.claimed, now)  # not enough lease left to start|pass|tests/test_safety_lines.py::test_a_row_without_lease_left_for_its_deadline_is_handed_back_unstarted
+wake-ups|src/stator/_worker.py|self._maybe_due = True\n        self._kick.set()\n\n    def run(|return\n\n    def run(|tests/test_safety_lines.py::test_an_idle_worker_is_woken_by_new_work
+hand-back|src/stator/_worker.py|self._hand_back_unstarted()|pass|tests/test_safety_lines.py::test_a_graceful_stop_hands_unstarted_rows_back_at_once
+delete-fence|src/stator/_store/_tracked.py|WHERE ({pk}, state, state_next) IN "\n        f"(SELECT v.pk, v.fence_state, v.fence FROM|WHERE ({pk}, state) IN "\n        f"(SELECT v.pk, v.fence_state FROM|tests/test_safety_lines.py::test_a_delete_under_an_expired_lease_is_refused
+write-fence|src/stator/_store/_tracked.py|f"AND {table}.state_next = v.fence RETURNING|f"RETURNING|tests/test_safety_lines.py::test_a_write_under_an_expired_lease_is_refused
+sqlite-write-fence|src/stator/_store/_tracked.py|AND state = ?6 AND state_next = ?7"|AND state = ?6 AND ?7 IS NOT NULL"|tests/test_safety_lines.py::test_a_write_under_an_expired_lease_is_refused
+quoting|src/stator/_store/_tracked.py|quoted_table=quote.format_table(table),\n            quoted_pk=quote.quote(pks[0].name),\n            quoted_columns=[quote.quote(c.name) for c in table.c],|quoted_table=table.name, quoted_pk=pks[0].name,\n            quoted_columns=[c.name for c in table.c],|tests/test_quoting.py
+paused|src/stator/_store/_store.py|limit <= 0 or self.is_paused(tracked, now)|limit <= 0|tests/dashboard/test_http.py::test_pause_stops_claims_until_resumed
+dashboard-origin|src/stator/dashboard/_auth.py|    if not same_origin(origin, referer, scheme, host):\n        return Refusal(403, "cross-site|    if False:\n        return Refusal(403, "cross-site|tests/dashboard/test_http.py::test_posts_are_refused_without_a_token_or_from_another_site
+dashboard-session|src/stator/dashboard/_auth.py|    if not same(cookie, session_value(token)):|    if False:|tests/dashboard/test_http.py::test_posts_are_refused_without_a_token_or_from_another_site
+dashboard-csrf|src/stator/dashboard/_auth.py|    if not same(csrf, csrf_value(token)):|    if False:|tests/dashboard/test_http.py::test_posts_are_refused_without_a_token_or_from_another_site
+dashboard-fence|src/stator/_store/_dashboard.py|        return [this, table.c.state == seen_state, table.c.state_next == seen_next]|        return [this]|tests/dashboard/test_http.py::test_move_is_checked_against_the_graph_and_fenced
+dashboard-fence-sqlite|src/stator/_store/_dashboard.py|    if found != seen_next:|    if False:|tests/dashboard/test_http.py::test_move_is_checked_against_the_graph_and_fenced
+dashboard-escaping|src/stator/dashboard/_app.py|autoescape=select_autoescape(default=True, default_for_string=True)|autoescape=False|tests/dashboard/test_http.py::test_row_data_and_error_messages_are_rendered_as_text
+extra-fence|src/stator/_store/_store.py|extras = [w for w in updates if w.extra is not None and w.pk in applied]|extras = [w for w in updates if w.extra is not None]|tests/test_write_hooks.py::test_extra_is_not_written_when_the_fence_no_longer_holds
+claim-priority|src/stator/_store/_tracked.py|order = "state_next" if priority is None else f"{priority} DESC, state_next"|order = "state_next"|tests/test_write_hooks.py::test_claims_take_the_highest_priority_first
+priority-quoting|src/stator/_store/_tracked.py|priority=None if priority is None else quote.quote(priority),|priority=priority,|tests/test_write_hooks.py::test_claims_take_the_highest_priority_first
+EOF
+)
+
+survived=()
+while IFS='|' read -r name file find replace tests; do
+    [ -n "$name" ] || continue
+    rm -rf "$SCRATCH/copy"
+    mkdir "$SCRATCH/copy"
+    cp -r src tests pyproject.toml "$SCRATCH/copy/"
+    "$PYTHON" - "$SCRATCH/copy/$file" "$find" "$replace" <<'PY'
+import sys
+path, find, replace = sys.argv[1], *(a.encode().decode("unicode_escape") for a in sys.argv[2:])
+text = open(path).read()
+if text.count(find) != 1:
+    sys.exit(f"mutant does not apply: {find!r} found {text.count(find)} times in {path}")
+open(path, "w").write(text.replace(find, replace))
+PY
+    if [ "${MUTANTS_FULL:-}" = "1" ]; then
+        selection=(tests -m "not slow")
+    else
+        read -r -a selection <<< "$tests"
+    fi
+    echo "== $name: ${selection[*]}"
+    if (cd "$SCRATCH/copy" && PYTHONPATH="$SCRATCH/copy/src" PYTHONDONTWRITEBYTECODE=1 \
+            "$PYTHON" -m pytest -q -x -p no:cacheprovider "${selection[@]}" >"$SCRATCH/log" 2>&1); then
+        echo "   SURVIVED: the tests pass without it"
+        survived+=("$name")
+    else
+        echo "   killed ($(tail -n 1 "$SCRATCH/log"))"
+    fi
+done <<< "$MUTANTS"
+
+if [ ${#survived[@]} -gt 0 ]; then
+    echo "mutants that survived: ${survived[*]}" >&2
+    exit 1
+fi
+echo "every mutant killed"

@@ -1,0 +1,524 @@
+"""What the dashboard, ``/metrics`` and ``stator status`` read, and what the dashboard's
+actions write: the one place that knows how to count rows and how to page through them.
+
+Counting stays cheap on big tables.  Below ``EXACT_BELOW`` rows (PostgreSQL's own estimate;
+always on SQLite) the counts are exact, one ``GROUP BY`` per model.  Above it, nothing scans
+the table: rows per state come from the planner's statistics (``pg_stats``), due rows are
+counted through the partial claim index up to ``DUE_CAP``, the oldest due time is one index
+probe, and "failing" becomes the rows that failed within ``FAILING_WINDOW`` (from the error
+log).  Such figures carry ``estimated: True`` and the pages mark them.
+
+Rows are paged by keyset, never ``OFFSET``: through the claim index on
+``(state, state_next)`` (plus the primary key as tie-breaker) for a state the engine
+schedules, by primary key otherwise.
+
+Every action is one transaction that also writes ``stator_actions`` (who, when, what) and
+wakes the workers.  Row actions are fenced like the engine's own writes: they apply only if
+the row is still in the state, with the ``state_next``, the operator saw.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    String,
+    and_,
+    delete,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    type_coerce,
+    update,
+)
+
+from .. import _wake
+from .._policy import first_due
+from ..errors import TransitionConflict, TransitionError
+from . import _schema
+from ._dialects import BEGIN_OPTION
+from ._tracked import TrackedModel
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+EXACT_BELOW = 200_000
+DUE_CAP = 10_000
+FAILING_WINDOW = timedelta(hours=1)
+EDGE_WINDOW = timedelta(minutes=5)
+PAGE_SIZE = 50
+CURSOR_NEXT = "stator_cursor_next"
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """One page of rows and the cursor of the next one (None on the last page)."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    by_index: bool  # paged through the claim index (state_next, pk) rather than by pk
+
+
+# -- counting -------------------------------------------------------------------------------
+
+
+def state_counts(
+    store: Store, now: datetime, exact_below: int = EXACT_BELOW
+) -> list[dict[str, Any]]:
+    """Per model and state: rows, due now, oldest due time, failing rows; ``estimated``
+    says whether the figures are estimates (see the module's docstring)."""
+    out: list[dict[str, Any]] = []
+    with store.engine.connect() as conn:
+        for t in store.tracked:
+            size = _estimated_size(store, conn, t)
+            if size is not None and size >= exact_below:
+                out.extend(_estimated_counts(store, conn, t, now, size))
+            else:
+                out.extend(_exact_counts(store, conn, t, now))
+        conn.rollback()
+    return out
+
+
+def _exact_counts(
+    store: Store, conn: Connection, t: TrackedModel, now: datetime
+) -> list[dict[str, Any]]:
+    rows = conn.execute(text(
+        f"SELECT state, count(*), "
+        f"sum(CASE WHEN state_next <= :now THEN 1 ELSE 0 END), "
+        f"min(CASE WHEN state_next <= :now THEN state_next END), "
+        f"sum(CASE WHEN state_attempts > 0 THEN 1 ELSE 0 END) "
+        f"FROM {t.quoted_table} GROUP BY state ORDER BY state"
+    ), {"now": store.dialect.ts(now)})
+    return [
+        {
+            "model": t.name, "state": state, "rows": int(count), "due": int(due or 0),
+            "oldest_due": store._datetime.process_result_value(oldest, conn.dialect),
+            "failing": int(failing or 0), "known": state in t.graph.states,
+            "estimated": False,
+        }
+        for state, count, due, oldest, failing in rows
+    ]
+
+
+def _estimated_size(store: Store, conn: Connection, t: TrackedModel) -> int | None:
+    """PostgreSQL's estimate of the table's rows (None elsewhere, or never analysed)."""
+    if store.dialect.name != "postgresql":
+        return None
+    value = conn.execute(
+        text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"),
+        {"name": t.quoted_table},
+    ).scalar()
+    return None if value is None or value < 0 else int(value)
+
+
+def _estimated_counts(
+    store: Store, conn: Connection, t: TrackedModel, now: datetime, size: int
+) -> list[dict[str, Any]]:
+    schema = t.table.schema
+    stats = conn.execute(text(
+        "SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats "
+        "WHERE tablename = :table AND attname = 'state' "
+        "AND schemaname = coalesce(:schema, current_schema())"
+    ), {"table": t.table.name, "schema": schema}).first()
+    share: dict[str, float] = {}
+    if stats is not None and stats[0] is not None:
+        share = dict(zip(stats[0], stats[1], strict=True))
+    scheduled = {s.name for s in t.graph.scheduled_states()}
+    failing = _recently_failing(conn, t.name, now)
+    out = []
+    for state in sorted(set(share) | set(t.graph.states)):
+        rows = round(share.get(state, 0.0) * size)
+        due, oldest = 0, None
+        if state in scheduled:
+            due = int(conn.execute(text(
+                f"SELECT count(*) FROM (SELECT 1 FROM {t.quoted_table} WHERE state = :s "
+                f"AND state_next IS NOT NULL AND state_next <= :now LIMIT {DUE_CAP}) AS d"
+            ), {"s": state, "now": store.dialect.ts(now)}).scalar_one())
+            oldest = store._datetime.process_result_value(conn.execute(text(
+                f"SELECT min(state_next) FROM {t.quoted_table} WHERE state = :s "
+                f"AND state_next IS NOT NULL AND state_next <= :now"
+            ), {"s": state, "now": store.dialect.ts(now)}).scalar(), conn.dialect)
+            if state not in share:  # too rare for the statistics: count it, capped
+                rows = int(conn.execute(text(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {t.quoted_table} WHERE state = :s "
+                    f"AND state_next IS NOT NULL LIMIT {DUE_CAP}) AS d"
+                ), {"s": state}).scalar_one())
+        if not rows and not due and state not in share and state not in scheduled:
+            continue
+        out.append({
+            "model": t.name, "state": state, "rows": max(rows, due), "due": due,
+            "oldest_due": oldest, "failing": failing.get(state, 0),
+            "known": state in t.graph.states, "estimated": True,
+        })
+    return out
+
+
+def _recently_failing(conn: Connection, model: str, now: datetime) -> dict[str, int]:
+    e = _schema.errors_table
+    query = (
+        select(e.c.state, func.count(func.distinct(e.c.row_pk)))
+        .where(e.c.model == model, e.c.created_at >= now - FAILING_WINDOW)
+        .group_by(e.c.state)
+    )
+    return {state: int(n) for state, n in conn.execute(query)}
+
+
+def live_workers(store: Store, now: datetime, live_after: timedelta) -> list[dict[str, Any]]:
+    """This app's workers seen within ``live_after``, with their rows in flight."""
+    names = [t.name for t in store.tracked]
+    out = []
+    for w in store.workers(names):
+        if now - w["last_seen"] > live_after:
+            continue
+        try:
+            threads = json.loads(w["threads"])
+        except ValueError:
+            threads = {}
+        busy = sum(1 for v in threads.values() if str(v) == "running")
+        out.append({**w, "in_flight": busy})
+    return out
+
+
+def throughput(
+    store: Store, now: datetime, minutes: int = 10
+) -> dict[str, list[int]]:
+    """Rows processed per model in each of the last ``minutes`` minutes (oldest first),
+    from the workers' stats periods (attributed to the minute each period ended in)."""
+    s = _schema.stats_table
+    since = now - timedelta(minutes=minutes)
+    out: dict[str, list[int]] = {t.name: [0] * minutes for t in store.tracked}
+    query = select(s.c.model, s.c.period_end, s.c.processed).where(
+        s.c.period_end >= since, s.c.model.in_(list(out))
+    )
+    with store.engine.connect() as conn:
+        for model, end, processed in conn.execute(query):
+            slot = min(int((end - since).total_seconds() // 60), minutes - 1)
+            out[model][max(slot, 0)] += int(processed)
+    return out
+
+
+def edge_rates(
+    store: Store, t: TrackedModel, now: datetime, window: timedelta = EDGE_WINDOW
+) -> dict[tuple[str, str], float]:
+    """Transitions per minute along each edge over ``window``, from the workers' stats."""
+    es = _schema.edge_stats_table
+    query = (
+        select(es.c.source, es.c.target, func.sum(es.c.count))
+        .where(es.c.model == t.name, es.c.period_end >= now - window)
+        .group_by(es.c.source, es.c.target)
+    )
+    minutes = window.total_seconds() / 60
+    with store.engine.connect() as conn:
+        return {(a, b): int(n or 0) / minutes for a, b, n in conn.execute(query)}
+
+
+# -- rows ---------------------------------------------------------------------------------
+
+
+def list_rows(
+    store: Store, t: TrackedModel, now: datetime, *, state: str | None = None,
+    due: bool = False, failing: bool = False, after: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> RowPage:
+    """A page of ``t``'s rows matching the filters, after the cursor ``after``.
+
+    Raises ``ValueError`` for a cursor this function did not make."""
+    table = t.table
+    pk = table.c[t.pk]
+    scheduled = {s.name for s in t.graph.scheduled_states()}
+    by_index = state is not None and state in scheduled
+    where: list[ColumnElement[bool]] = []
+    if state is not None:
+        where.append(table.c.state == state)
+    if due:
+        where.append(table.c.state_next <= now)
+    if failing:
+        where.append(table.c.state_attempts > 0)
+    # SQLite keeps times as text, and rows written by different routes (server defaults, the
+    # engine) may spell the same instant differently: the cursor keeps the text as stored.
+    sqlite = store.dialect.name == "sqlite"
+    raw_next: Any = type_coerce(table.c.state_next, String) if sqlite else table.c.state_next
+    query = select(table, raw_next.label(CURSOR_NEXT))
+    if by_index:
+        where.append(table.c.state_next.is_not(None))
+        if after is not None:
+            when, last = _cursor(after, 2)
+            seen = str(when) if sqlite else datetime.fromisoformat(str(when))
+            # The first conjunct gives the index its starting point; the rest breaks ties.
+            where.append(and_(raw_next >= seen, or_(raw_next > seen, pk > last)))
+        query = query.order_by(table.c.state_next, pk)
+    else:
+        if after is not None:
+            (last,) = _cursor(after, 1)
+            where.append(pk > last)
+        query = query.order_by(pk)
+    query = query.where(*where).limit(limit + 1)
+    with store.engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = None
+    if more and rows:
+        last_row = rows[-1]
+        key = [last_row[t.pk]]
+        if by_index:
+            when = last_row[CURSOR_NEXT]
+            key = [when if isinstance(when, str) else when.isoformat(), last_row[t.pk]]
+        cursor = json.dumps(key)
+    for r in rows:
+        del r[CURSOR_NEXT]
+    return RowPage(rows, cursor, by_index)
+
+
+def _cursor(after: str, size: int) -> list[Any]:
+    try:
+        key = json.loads(after)
+    except ValueError:
+        raise ValueError("not a cursor") from None
+    if not isinstance(key, list) or len(key) != size:
+        raise ValueError("not a cursor")
+    if not all(isinstance(k, str | int) and not isinstance(k, bool) for k in key):
+        raise ValueError("not a cursor")
+    return key
+
+
+def parse_pk(t: TrackedModel, raw: str) -> Any:
+    """A primary key from a URL, typed like the column (``ValueError`` if it cannot be)."""
+    try:
+        python_type = t.table.c[t.pk].type.python_type
+    except NotImplementedError:
+        return raw
+    return int(raw) if python_type is int else raw
+
+
+def get_row(store: Store, t: TrackedModel, pk: Any) -> dict[str, Any] | None:
+    table = t.table
+    with store.engine.connect() as conn:
+        row = conn.execute(select(table).where(table.c[t.pk] == pk)).first()
+    return None if row is None else dict(row._mapping)
+
+
+def row_errors(store: Store, t: TrackedModel, pk: Any, limit: int = 20) -> list[dict[str, Any]]:
+    e = _schema.errors_table
+    query = (
+        select(e).where(e.c.model == t.name, e.c.row_pk == str(pk))
+        .order_by(e.c.id.desc()).limit(limit)
+    )
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(query)]
+
+
+# -- errors --------------------------------------------------------------------------------
+
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+def exception_of(kind: str, message: str) -> str:
+    """The exception type an error log message names (``"Type: text"``), else its kind."""
+    if kind == "timeout":
+        return "timeout"
+    found = _EXCEPTION.match(message)
+    return found.group(1) if found else kind
+
+
+def error_groups(
+    store: Store, models: Sequence[str], limit: int = 2000
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` errors of ``models``, grouped by model, state and exception
+    type; the largest groups first, each with its newest error."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for e in store.recent_errors(limit=limit, models=models):
+        key = (e["model"], e["state"], exception_of(e["kind"], e["message"]))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = {"model": key[0], "state": key[1], "exception": key[2], "count": 1,
+                           "rows": {e["row_pk"]}, "last": e}
+        else:
+            group["count"] += 1
+            group["rows"].add(e["row_pk"])
+    out = sorted(groups.values(), key=lambda g: (-g["count"], g["model"], g["state"]))
+    for g in out:
+        g["rows"] = len(g["rows"])
+    return out
+
+
+# -- pausing -------------------------------------------------------------------------------
+
+
+def paused_models(conn: Connection) -> frozenset[str]:
+    p = _schema.paused_table
+    return frozenset(conn.execute(select(p.c.model)).scalars())
+
+
+def paused_info(store: Store) -> dict[str, dict[str, Any]]:
+    p = _schema.paused_table
+    with store.engine.connect() as conn:
+        return {r.model: dict(r._mapping) for r in conn.execute(select(p))}
+
+
+# -- actions -------------------------------------------------------------------------------
+
+
+def retry_now(
+    store: Store, t: TrackedModel, pk: Any, seen_state: str, seen_next: datetime | None,
+    now: datetime, actor: str,
+) -> None:
+    """Make one row due now; ``TransitionConflict`` if it moved since it was shown."""
+    state = t.graph.states.get(seen_state)
+    if state is None or not state.scheduled:
+        raise TransitionError(f"rows in {seen_state} are not run by the engine: nothing to retry")
+    table = t.table
+    with _writing(store) as conn:
+        done = conn.execute(
+            update(table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
+            .values(state_next=now)
+        ).rowcount
+        if done != 1:
+            raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
+        _log(conn, now, actor, "retry", t.name, pk, f"{seen_state}: due now", 1)
+        _notify(store, conn, t)
+    _wake.wake(store.wake_key)
+
+
+def move_row(
+    store: Store, t: TrackedModel, pk: Any, seen_state: str, seen_next: datetime | None,
+    to: str, now: datetime, actor: str,
+) -> None:
+    """Move one row along an edge of its graph (``TransitionError`` if there is none)."""
+    current = t.graph.states.get(seen_state)
+    target = t.graph.states.get(to)
+    if current is None or target is None or to not in current.children:
+        raise TransitionError(f"{t.graph.__name__}: no transition from {seen_state} to {to}")
+    values: dict[str, Any] = {
+        "state": target.name, "state_changed": now, "state_next": first_due(target, now),
+        "state_attempts": 0,
+    }
+    if t.history_type is not None:
+        append = store.dialect.history_append(t.quoted_table, t.history_type)
+        append = append.replace("v.state", ":stator_to").replace("v.changed_iso", ":stator_iso")
+        values["state_history"] = text(append).bindparams(
+            stator_to=target.name, stator_iso=now.isoformat()
+        )
+    with _writing(store) as conn:
+        done = conn.execute(
+            update(t.table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
+            .values(**values)
+        ).rowcount
+        if done != 1:
+            raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
+        _log(conn, now, actor, "move", t.name, pk, f"{seen_state} -> {to}", 1)
+        _notify(store, conn, t)
+    _wake.wake(store.wake_key)
+
+
+def retry_failing(store: Store, t: TrackedModel, state: str, now: datetime, actor: str) -> int:
+    """Make every failing row of ``state`` (waiting out a backoff) due now; how many."""
+    if state not in {s.name for s in t.graph.scheduled_states()}:
+        raise TransitionError(f"rows in {state} are not run by the engine: nothing to retry")
+    table = t.table
+    with _writing(store) as conn:
+        done = int(conn.execute(
+            update(table).where(
+                table.c.state == state, table.c.state_next.is_not(None),
+                table.c.state_next > now, table.c.state_attempts > 0,
+            ).values(state_next=now)
+        ).rowcount)
+        _log(conn, now, actor, "retry_failing", t.name, None, f"{state}: failing rows due now",
+             done)
+        if done:
+            _notify(store, conn, t)
+    _wake.wake(store.wake_key)
+    return done
+
+
+def set_paused(store: Store, model: str, paused: bool, now: datetime, actor: str) -> bool:
+    """Pause or resume a model; False if it already was so."""
+    p = _schema.paused_table
+    with _writing(store) as conn:
+        exists = conn.execute(select(p.c.model).where(p.c.model == model)).first() is not None
+        if exists == paused:
+            return False
+        if paused:
+            conn.execute(insert(p).values(model=model, paused_at=now, paused_by=actor))
+        else:
+            conn.execute(delete(p).where(p.c.model == model))
+        _log(conn, now, actor, "pause" if paused else "resume", model, None,
+             "claims stopped" if paused else "claims resumed", 0)
+        tracked = next((t for t in store.tracked if t.name == model), None)
+        if not paused and tracked is not None:
+            _notify(store, conn, tracked)
+    _wake.wake(store.wake_key)
+    return True
+
+
+def recent_actions(store: Store, limit: int = 20) -> list[dict[str, Any]]:
+    a = _schema.actions_table
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in
+                conn.execute(select(a).order_by(a.c.id.desc()).limit(limit))]
+
+
+def _fence(
+    conn: Connection, store: Store, t: TrackedModel, pk: Any, seen_state: str,
+    seen_next: datetime | None,
+) -> list[ColumnElement[bool]]:
+    """The engine's fence: the row is still in ``seen_state`` with ``seen_next``."""
+    table = t.table
+    this = table.c[t.pk] == pk
+    if seen_next is None:
+        return [this, table.c.state == seen_state, table.c.state_next.is_(None)]
+    if store.dialect.name != "sqlite":
+        return [this, table.c.state == seen_state, table.c.state_next == seen_next]
+    # SQLite keeps times as text, spelt differently by different writers, so the instants
+    # are compared here; this transaction holds SQLite's write lock (BEGIN IMMEDIATE), so
+    # nothing can change the row between this read and the update.
+    found = conn.execute(select(table.c.state_next).where(this)).scalar()
+    if found != seen_next:
+        return [false()]
+    return [this, table.c.state == seen_state]
+
+
+@contextmanager
+def _writing(store: Store) -> Iterator[Connection]:
+    """A write transaction (``BEGIN IMMEDIATE`` on SQLite), as the engine's writes."""
+    with store.engine.connect().execution_options(**{BEGIN_OPTION: "immediate"}) as conn, \
+            conn.begin():
+        yield conn
+
+
+def _log(
+    conn: Connection, now: datetime, actor: str, action: str, model: str, pk: Any, detail: str,
+    affected: int,
+) -> None:
+    conn.execute(insert(_schema.actions_table).values(
+        created_at=now, actor=actor[:255], action=action, model=model,
+        row_pk=None if pk is None else str(pk), detail=detail, affected=affected,
+    ))
+
+
+def _notify(store: Store, conn: Connection, t: TrackedModel) -> None:
+    notify = store.dialect.notify_sql()
+    if notify is not None:
+        conn.execute(text(notify), {"table": t.table.name})
+
+
+def edge_rows(
+    worker_id: str, now: datetime, edges: dict[str, dict[tuple[str, str], int]]
+) -> Iterable[dict[str, Any]]:
+    """Rows of ``stator_edge_stats`` for one stats period's edge counts."""
+    for model, counts in edges.items():
+        for (source, target), count in counts.items():
+            yield {"worker_id": worker_id, "model": model, "source": source, "target": target,
+                   "period_end": now, "count": count}
+

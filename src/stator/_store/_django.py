@@ -1,0 +1,473 @@
+"""The Django store: the engine's own SQL, run through Django's connections.
+
+Not a second engine.  ``DjangoStore`` is ``Store`` with three parts swapped:
+
+- **connections**: a SQLAlchemy ``Engine`` whose connection, in each thread, is that thread's
+  Django connection (``connections[alias]``), lent to SQLAlchemy.  Every statement the engine
+  runs (claims, fenced writes, heartbeats, status) is therefore the same SQL, built by
+  ``_tracked.py``, on the connection Django itself would use, and a transaction Django opened
+  (``atomic``, a ``TestCase``) stays Django's: statements join it, commits are left to it.
+  Outside one, the engine begins its own (``BEGIN IMMEDIATE`` for writes on SQLite, whatever
+  the project's ``transaction_mode``).
+- **objects**: claimed rows become model instances through ``Model.from_db`` and the fields'
+  own converters, as a queryset would make them.
+- **handler transactions**: a sync handler runs inside ``transaction.atomic``; if it wrote,
+  its fenced transition is written in that transaction and both commit (slow path),
+  otherwise the transaction is rolled back and the transition joins a batch (fast path).
+
+Application-side transitions (``transition_perform``) are here too: one conditional UPDATE
+through the ORM, like ``transitions.py`` for SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, transaction
+from django.db import models as dj_models
+from django.db.models.expressions import RawSQL
+from django.db.utils import OperationalError as DjangoOperationalError
+from sqlalchemy import URL, Column, Engine, MetaData, Table, create_engine, event, text
+from sqlalchemy.pool import SingletonThreadPool
+from sqlalchemy.types import UserDefinedType
+
+from .. import _wake
+from .._clock import Clock, SystemClock
+from .._graph import State, StateGraph
+from .._policy import Claimed, Write, first_due
+from .._types import UTCDateTime
+from ..errors import ConfigError, TransitionConflict, TransitionError
+from . import _schema
+from ._dialects import BEGIN_OPTION, dialect_for, with_client_settings
+from ._store import WRITE, Store, writer_lock
+from ._tracked import TrackedModel
+
+POOL_THREADS = 1000  # SQLAlchemy's per-thread bookkeeping only; Django owns the connections
+WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT", "CREATE", "DROP", "ALTER")
+
+
+# -- which database ------------------------------------------------------------------------
+
+
+def database_url(alias: str) -> URL:
+    """The Django database as a URL: Stator's name for it in status output and wake-ups."""
+    conn = connections[alias]
+    s = conn.settings_dict
+    if conn.vendor == "sqlite":
+        return URL.create("sqlite", database=str(s["NAME"]))
+    if conn.vendor == "postgresql":
+        return URL.create(
+            "postgresql+psycopg", username=s.get("USER") or None,
+            password=s.get("PASSWORD") or None, host=s.get("HOST") or None,
+            port=int(s["PORT"]) if s.get("PORT") else None, database=str(s["NAME"]),
+        )
+    raise ConfigError(f"Stator supports SQLite and PostgreSQL, not Django's {conn.vendor!r}")
+
+
+def wake_key(alias: str) -> str:
+    return _wake.key_for(database_url(alias))
+
+
+# -- Django's connections, lent to SQLAlchemy ----------------------------------------------
+
+
+class _Borrowed:
+    """The calling thread's Django DB-API connection, as SQLAlchemy's pool sees it.
+
+    Reconnects (through Django) when the connection was lost.  Inside a Django transaction
+    ``commit``/``rollback`` do nothing: that transaction ends when Django's ``atomic`` does.
+    ``close`` never closes: Django's connection is closed by its thread (``thread_done``).
+    """
+
+    def __init__(self, alias: str) -> None:
+        self._django = connections[alias]
+
+    def _raw(self) -> Any:
+        django = self._django
+        raw = django.connection
+        if raw is None or getattr(raw, "closed", False) or getattr(raw, "broken", False):
+            if raw is not None:
+                django.close()
+            django.ensure_connection()
+            raw = django.connection
+        return raw
+
+    def in_django_transaction(self) -> bool:
+        return bool(self._django.in_atomic_block)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return self._raw().cursor(*args, **kwargs)
+
+    def commit(self) -> None:
+        if not self.in_django_transaction():
+            self._raw().commit()
+
+    def rollback(self) -> None:
+        if not self.in_django_transaction() and self._django.connection is not None:
+            self._raw().rollback()
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw(), name)
+
+
+def django_engine(alias: str) -> Engine:
+    url = database_url(alias)
+    # Nothing may register types on Django's connection (hstore's lookup also needs a real
+    # psycopg object, not the borrowed one).
+    extra = {"use_native_hstore": False} if url.get_backend_name() == "postgresql" else {}
+    engine = create_engine(
+        url, creator=lambda: _Borrowed(alias),
+        poolclass=SingletonThreadPool, pool_size=POOL_THREADS, **extra,
+    )
+    sqlite = engine.dialect.name == "sqlite"
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        borrowed: _Borrowed = conn.connection.dbapi_connection
+        if borrowed.in_django_transaction():
+            return  # a Django atomic block (a handler's, a TestCase's): join it
+        mode = conn.get_execution_options().get(BEGIN_OPTION, "deferred")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if sqlite and mode == "immediate" else "BEGIN")
+
+    return engine
+
+
+# -- the store -----------------------------------------------------------------------------
+
+
+class _Sql(UserDefinedType[Any]):
+    """A column type spelled as Django spells it (for the casts in the write statement)."""
+
+    cache_ok = True
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return self.spec
+
+
+class DjangoStore(Store):
+    migrate_hint = "run `manage.py migrate`"
+
+    def __init__(
+        self, alias: str, models: Sequence[type], options: dict[str, Any] | None = None
+    ) -> None:
+        """``options`` reach each model's ``stator_claim_where(options)`` if it has one
+        (``runstator --queue`` passes ``{"queues": [...]}``; None means all)."""
+        self.alias = alias
+        self.options = options or {}
+        self.engine = django_engine(alias)
+        self.dialect = dialect_for(self.engine)
+        self._datetime = UTCDateTime()
+        self._notified: dict[str, float] = {}
+        self._writer = writer_lock(self.dialect)
+        self.tracked = [self._track(m) for m in models]
+        self._converters: dict[str, list[list[Callable[..., Any]]]] = {}
+
+    def _track(self, model: Any) -> TrackedModel:
+        opts = model._meta
+        conn = connections[self.alias]
+        columns = [
+            Column(f.column, _Sql(f.db_type(conn) or "text"), primary_key=f.primary_key)
+            for f in opts.concrete_fields
+        ]
+        table = Table(opts.db_table, MetaData(), *columns)
+        hook = getattr(model, "stator_claim_where", None)
+        return TrackedModel.from_table(
+            model, table, opts.pk.attname, self.dialect, self.engine.dialect,
+            where=hook(self.options) if hook is not None else None,
+        )
+
+    @property
+    def wake_key(self) -> str:
+        return wake_key(self.alias)
+
+    def sqlite_path(self) -> str | None:
+        conn = connections[self.alias]
+        return None if conn.is_in_memory_db() else str(conn.settings_dict["NAME"])
+
+    def listen_connection(self, listen_url: str | None = None) -> Any:
+        if listen_url is not None:  # past a pooler: straight to the server
+            return super().listen_connection(listen_url)
+        import psycopg
+
+        params = connections[self.alias].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("server_side_binding", None)
+        return psycopg.connect(**with_client_settings(params), autocommit=True)
+
+    def handler_scopes(self) -> Any:
+        return DjangoScopes(self)
+
+    def thread_done(self) -> None:
+        connections[self.alias].close()
+
+    def migrate(self) -> list[str]:
+        """Stator's own tables and the wake-up triggers; the models' tables are Django's."""
+        done: list[str] = []
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            if _schema.upgrade(conn):
+                done.append(f"stator schema upgraded to version {_schema.SCHEMA_VERSION}")
+            tables = set(connections[self.alias].introspection.table_names())
+            for tracked in self.tracked:
+                if tracked.table.name in tables:
+                    done.extend(self._install_notify(conn, tracked))
+        return done
+
+    def uninstall(self) -> list[str]:
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            return _schema.uninstall(conn)
+
+    def claim(
+        self, tracked: TrackedModel, now: datetime, limit: int
+    ) -> list[tuple[Any, Claimed]]:
+        sql = tracked.sql.get("claim")
+        if sql is None or limit <= 0 or self.is_paused(tracked, now):
+            return []
+        params = self._claim_params(tracked, now, limit)
+        with self._writer, self.engine.connect().execution_options(**WRITE) as conn, \
+                conn.begin():
+            rows = conn.execute(text(sql), params).all()
+        return [self._materialise(tracked, row) for row in rows]
+
+    def _materialise(self, tracked: TrackedModel, row: Sequence[Any]) -> tuple[Any, Claimed]:
+        """A model instance as a queryset would build it, and the engine's view of the claim
+        (from the raw values, so it does not depend on USE_TZ)."""
+        model: Any = tracked.model
+        conn = connections[self.alias]
+        converters = self._converters.get(tracked.name)
+        if converters is None:
+            converters = self._converters[tracked.name] = [
+                conn.ops.get_db_converters(col) + col.get_db_converters(conn)
+                for col in (f.get_col(model._meta.db_table) for f in model._meta.concrete_fields)
+            ]
+        values = list(row)
+        for i, convs in enumerate(converters):
+            for convert in convs:
+                values[i] = convert(values[i], None, conn)
+        attnames = [f.attname for f in model._meta.concrete_fields]
+        obj = model.from_db(self.alias, attnames, values)
+        raw = dict(zip(tracked.table.c.keys(), row, strict=True))
+        when = self._datetime.process_result_value
+        claimed = Claimed(
+            pk=getattr(obj, tracked.pk_attr), state=raw["state"],
+            state_changed=when(raw["state_changed"], self.engine.dialect),  # type: ignore[arg-type]
+            lease_until=when(raw["state_next"], self.engine.dialect),  # type: ignore[arg-type]
+            attempts=int(raw["state_attempts"]),
+        )
+        return obj, claimed
+
+
+# -- handler transactions ------------------------------------------------------------------
+
+
+class DjangoScopes:
+    def __init__(self, store: DjangoStore) -> None:
+        self.alias = store.alias
+        self.sqlite = store.dialect.name == "sqlite"
+
+    def for_thread(self, task: Any) -> Any:
+        return AtomicScope(self.alias, self.sqlite)
+
+    def for_async(self, task: Any) -> Any:
+        # The async ORM runs in a thread of its own: its writes cannot join a transaction
+        # here, so async handlers always take the fast path.
+        return _NoScope()
+
+
+class _NoScope:
+    def wrote(self) -> bool:
+        return False
+
+    def commit_with(
+        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
+    ) -> bool:
+        raise AssertionError("nothing to commit")
+
+    def rollback(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+def _no_begin() -> None:
+    """Stands in for Django's ``BEGIN`` at the start of a handler's atomic block on SQLite:
+    the transaction begins (``BEGIN IMMEDIATE``) at the handler's first write instead, so
+    its reads never hold a snapshot that a concurrent commit would make stale."""
+
+
+class AtomicScope:
+    """A handler's changes: whatever it writes on this thread's Django connection."""
+
+    def __init__(self, alias: str, sqlite: bool) -> None:
+        self.alias = alias
+        self.conn = connections[alias]
+        self._wrote = False
+        self._lazy = sqlite and not self.conn.in_atomic_block
+        if self._lazy:
+            self.conn._start_transaction_under_autocommit = _no_begin
+        self._atomic: Any = transaction.atomic(using=alias)
+        self._atomic.__enter__()
+        self._watch: Any = self.conn.execute_wrapper(self._observe)
+        self._watch.__enter__()
+        self._open = True
+
+    def _observe(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not self._wrote and sql.lstrip()[:10].upper().startswith(WRITE_PREFIXES):
+            self._wrote = True
+            if self._lazy:
+                raw = self.conn.connection
+                if not raw.in_transaction:
+                    raw.execute("BEGIN IMMEDIATE")
+        return execute(sql, params, many, context)
+
+    def wrote(self) -> bool:
+        """Wrote, or asked for something to run on commit (``transaction.on_commit``): then
+        the transition commits with it, and the callback runs once both are committed."""
+        return self._wrote or bool(self.conn.run_on_commit)
+
+    def commit_with(
+        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
+    ) -> bool:
+        if self._lazy and not self.conn.connection.in_transaction:
+            self.conn.connection.execute("BEGIN IMMEDIATE")
+        with store.engine.connect() as conn:  # this thread's connection: inside the atomic
+            lost = bool(store.write(tracked, [write], conn=conn, worker_id=worker_id))
+        if lost:
+            transaction.set_rollback(True, using=self.alias)
+        self._close(None)
+        return lost
+
+    def rollback(self) -> None:
+        if self._open:
+            transaction.set_rollback(True, using=self.alias)
+            self._close(None)
+
+    def release(self) -> None:
+        self.rollback()
+
+    def _close(self, exc: BaseException | None) -> None:
+        self._open = False
+        try:
+            self._watch.__exit__(None, None, None)
+            self._atomic.__exit__(None, None, None)
+        finally:
+            if self._lazy:
+                with contextlib.suppress(AttributeError):
+                    del self.conn._start_transaction_under_autocommit
+
+
+# -- application-side transitions ----------------------------------------------------------
+
+
+def perform(obj: Any, to: State | str, clock: Clock | None) -> None:
+    model = type(obj)
+    graph: type[StateGraph] = _graph(model)
+    target = graph.get_state(to)
+    current = graph.states.get(obj.state)
+    if current is None:
+        raise TransitionError(f"{model.__name__} row is in unknown state {obj.state!r}")
+    if target.name not in current.children:
+        raise TransitionError(
+            f"{graph.__name__}: no transition from {current.name} to {target.name}"
+        )
+    now = (clock or SystemClock()).now()
+    alias = obj._state.db or "default"
+    rows = model._base_manager.using(alias).filter(pk=obj.pk)
+    if _move(rows, target, [current.name], now) != 1:
+        raise TransitionConflict(
+            f"{model.__name__} {obj.pk!r} is no longer in state {current.name}: "
+            "someone else moved it first"
+        )
+    obj.state, obj.state_changed = target.name, now
+    obj.state_next, obj.state_attempts = first_due(target, now), 0
+    if _has_history(model):
+        obj.state_history = [*(obj.state_history or []), [target.name, now.isoformat()]]
+
+
+def perform_many(queryset: Any, to: State | str, clock: Clock | None) -> int:
+    graph = _graph(queryset.model)
+    target = graph.get_state(to)
+    sources = [s.name for s in target.parents.values()]
+    if not sources:
+        raise TransitionError(f"{graph.__name__}: no state has a transition to {target.name}")
+    return _move(queryset, target, sources, (clock or SystemClock()).now())
+
+
+def retry_now(queryset: Any, clock: Clock | None = None) -> int:
+    """Make the rows waiting for their next try due now (the admin's "retry now").
+
+    Only rows in a state with a handler and a due time; their failure count stays, so a
+    failing row keeps its backoff.  A row whose handler runs at this moment loses its lease
+    (its result will be refused by the fence) and runs again.
+    """
+    graph = _graph(queryset.model)
+    automatic = [s.name for s in graph.states.values() if s.automatic]
+    rows = queryset.filter(state__in=automatic, state_next__isnull=False)
+    now = (clock or SystemClock()).now()
+    moved = int(rows.update(state_next=now))
+    if moved:
+        _wake_workers(queryset.db, queryset.model._meta.db_table)
+    return moved
+
+
+def _wake_workers(alias: str, table: str) -> None:
+    notify = dialect_for(connections[alias].vendor).notify_sql()
+    if notify:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(notify.replace(":table", "%s"), [table])
+    key = wake_key(alias)
+    transaction.on_commit(lambda: _wake.wake(key), using=alias)
+
+
+def _graph(model: Any) -> type[StateGraph]:
+    graph = getattr(model, "state_graph", None)
+    if not (isinstance(graph, type) and issubclass(graph, StateGraph)):
+        raise ConfigError(f"{model.__name__} has no state_graph")
+    return graph
+
+
+def _has_history(model: Any) -> bool:
+    return any(f.name == "state_history" for f in model._meta.concrete_fields)
+
+
+def _move(rows: Any, target: State, sources: Iterable[str], now: datetime) -> int:
+    alias = rows.db
+    model = rows.model
+    conn = connections[alias]
+    dialect = dialect_for(conn.vendor)
+    values: dict[str, Any] = {
+        "state": target.name, "state_changed": now,
+        "state_next": first_due(target, now), "state_attempts": 0,
+    }
+    if _has_history(model):
+        field = model._meta.get_field("state_history")
+        append = dialect.history_append(model._meta.db_table, field.db_type(conn))
+        append = append.replace("v.state", "CAST(%s AS text)")
+        append = append.replace("v.changed_iso", "CAST(%s AS text)")
+        values["state_history"] = RawSQL(
+            append, (target.name, now.isoformat()), output_field=dj_models.JSONField()
+        )
+    try:
+        moved = int(rows.filter(state__in=list(sources)).update(**values))
+    except DjangoOperationalError as exc:
+        if dialect.name == "sqlite" and "locked" in str(exc):
+            # SQLite cannot upgrade a read transaction whose snapshot is out of date: someone
+            # committed since this transaction first read, so it may have moved these rows.
+            raise TransitionConflict(
+                f"{model._meta.db_table}: the database changed since this transaction began "
+                "reading; roll back and try the transition in a new transaction"
+            ) from exc
+        raise
+    if moved:
+        _wake_workers(alias, model._meta.db_table)
+    return moved

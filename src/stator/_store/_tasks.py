@@ -1,0 +1,95 @@
+"""The SQL of ``stator.django`` tasks: the enqueue INSERT, and the bulk write of results in
+the transaction of their fenced transitions.
+
+Enqueueing is one prepared-shape INSERT through the caller's Django connection (and so in
+the caller's transaction); the ORM's ``save()`` spends several times as long compiling the
+same statement.  A task's attempt ends with values for a few columns of its row (start and
+finish times, return value, errors, worker ids).  Written one task at a time they would cost
+a transaction per task; here a whole batch of them is one UPDATE from one JSON parameter,
+run by the store right after the batch's fenced write, for the rows whose fence held.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from .._policy import Write
+from .._types import to_sqlite_text
+from ._dialects import SqlDialect
+
+TIME_COLUMNS = ("started_at", "last_attempted_at", "finished_at")
+JSON_COLUMNS = ("return_value", "errors", "worker_ids")
+INSERT_COLUMNS = (
+    "id", "task_path", "queue_name", "priority", "backend", "args_kwargs", "run_after",
+    "max_attempts", "enqueued_at", "errors", "worker_ids",
+)
+INSERT_JSON = ("args_kwargs", "errors", "worker_ids")
+INSERT_TIMES = ("run_after", "enqueued_at", "state_next")
+
+
+def insert_sql(table: str, vendor: str, due: bool) -> str:
+    """The INSERT of one task; with ``due`` it also sets ``state_next`` (a deferred task),
+    otherwise the column's database default makes the task due at once."""
+    columns = [*INSERT_COLUMNS, "state_next"] if due else list(INSERT_COLUMNS)
+    json = "CAST(%s AS jsonb)" if vendor == "postgresql" else "%s"
+    values = [json if c in INSERT_JSON else "%s" for c in columns]
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
+
+
+def insert_params(values: dict[str, Any], vendor: str) -> list[Any]:
+    columns = [*INSERT_COLUMNS, "state_next"] if "state_next" in values else INSERT_COLUMNS
+    params: list[Any] = []
+    for name in columns:
+        value = values.get(name)
+        if name in INSERT_JSON:
+            value = json.dumps(value)
+        elif name in INSERT_TIMES and value is not None and vendor == "sqlite":
+            value = to_sqlite_text(value.astimezone(UTC))
+        params.append(value)
+    return params
+
+
+def result_update_sql(
+    table: str, pk: str, pk_type: str, dialect: SqlDialect, json_type: str
+) -> str:
+    columns = [("pk", pk_type)] + [(c, "timestamptz") for c in TIME_COLUMNS]
+    columns += [(c, "text") for c in JSON_COLUMNS]
+    source = dialect.payload_source(columns)
+    sets = [f"{c} = v.{c}" for c in TIME_COLUMNS]
+    if dialect.name == "postgresql":
+        sets += [f"{c} = CAST(v.{c} AS {json_type})" for c in JSON_COLUMNS]
+    else:  # SQLite keeps JSON as its text
+        sets += [f"{c} = v.{c}" for c in JSON_COLUMNS]
+    return f"UPDATE {table} SET {', '.join(sets)} FROM {source} WHERE {table}.{pk} = v.pk"
+
+
+def write_results(
+    conn: Connection, sql: str, dialect: SqlDialect, writes: Sequence[Write]
+) -> None:
+    rows = [_row(w.pk, w.extra, dialect) for w in writes]
+    conn.execute(text(sql), {"payload": json.dumps(rows)})
+
+
+def _row(pk: Any, values: dict[str, Any], dialect: SqlDialect) -> dict[str, Any]:
+    row: dict[str, Any] = {"pk": pk}
+    for name in TIME_COLUMNS:
+        row[name] = _time(values.get(name), dialect)
+    for name in JSON_COLUMNS:
+        value = values.get(name)
+        # None is SQL NULL, as Django's JSONField(null=True) stores it.
+        row[name] = None if value is None else json.dumps(value)
+    return row
+
+
+def _time(value: datetime | None, dialect: SqlDialect) -> str | None:
+    """Spelled as Django's DateTimeField stores it (UTC), so the ORM reads it back as usual."""
+    if value is None:
+        return None
+    if dialect.name == "sqlite":
+        return to_sqlite_text(value.astimezone(UTC) if value.tzinfo else value)
+    return value.astimezone(UTC).isoformat() if value.tzinfo else value.isoformat()

@@ -1,0 +1,53 @@
+"""``/metrics``: gauges read from the database at scrape time, through the same counting
+code as the pages and ``stator status`` (``_store._dashboard``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .._stator import LIVE_AFTER, Stator
+from .._store import _dashboard
+
+
+class DatabaseCollector(Collector):
+    def __init__(self, stator: Stator, live_after: timedelta = LIVE_AFTER) -> None:
+        self.stator = stator
+        self.live_after = live_after
+
+    def collect(self) -> Iterator[Metric]:
+        store = self.stator.store
+        now = self.stator.clock.now()
+        labels = ["model", "state"]
+        rows = GaugeMetricFamily("stator_rows", "Rows per model and state.", labels=labels)
+        due = GaugeMetricFamily("stator_due_rows", "Rows due now.", labels=labels)
+        oldest = GaugeMetricFamily(
+            "stator_oldest_due_seconds", "How late the oldest due row is.", labels=labels)
+        failing = GaugeMetricFamily(
+            "stator_failing_rows", "Rows that failed at least once in their state.",
+            labels=labels)
+        estimated = GaugeMetricFamily(
+            "stator_counts_estimated", "1 where the counts are planner estimates.",
+            labels=["model"])
+        seen: dict[str, bool] = {}
+        for c in _dashboard.state_counts(store, now):
+            key = [c["model"], c["state"]]
+            rows.add_metric(key, c["rows"])
+            due.add_metric(key, c["due"])
+            first = c["oldest_due"]
+            oldest.add_metric(key, (now - first).total_seconds() if first else 0.0)
+            failing.add_metric(key, c["failing"])
+            seen[c["model"]] = seen.get(c["model"], False) or c["estimated"]
+        for t in store.tracked:
+            estimated.add_metric([t.name], 1.0 if seen.get(t.name) else 0.0)
+        workers = GaugeMetricFamily("stator_live_workers", "Workers seen recently.")
+        workers.add_metric([], len(_dashboard.live_workers(store, now, self.live_after)))
+        paused = GaugeMetricFamily("stator_paused", "1 while a model is paused.",
+                                   labels=["model"])
+        stopped = _dashboard.paused_info(store)
+        for t in store.tracked:
+            paused.add_metric([t.name], 1.0 if t.name in stopped else 0.0)
+        yield from (rows, due, oldest, failing, estimated, workers, paused)

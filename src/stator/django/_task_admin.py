@@ -1,0 +1,88 @@
+"""The admin page for tasks: status, queue, priority, attempts, errors and result.
+
+Registered by ``stator.django.admin`` (which Django's admin autodiscovery imports).  Tasks
+are read-only here except for two actions: "run again" re-enqueues finished tasks as new
+ones, and deleting removes them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from ._task_model import StatorTask
+
+STATUS = {"ready": "READY", "running": "RUNNING", "successful": "SUCCESSFUL", "failed": "FAILED"}
+
+
+@admin.register(StatorTask)
+class StatorTaskAdmin(admin.ModelAdmin):
+    list_display = (
+        "id", "task_path", "queue_name", "status", "priority", "attempts", "enqueued_at",
+        "finished_at",
+    )
+    list_filter = ("state", "queue_name", "backend", "task_path")
+    search_fields = ("id", "task_path")
+    ordering = ("-enqueued_at",)
+    date_hierarchy = "enqueued_at"
+    actions = ("run_again",)
+    fields = (
+        "id", "task_path", "status", "queue_name", "priority", "backend", "arguments",
+        "run_after", "enqueued_at", "started_at", "last_attempted_at", "finished_at",
+        "attempts", "max_attempts", "worker_ids", "result", "error_list", "state_next",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="status", ordering="state")
+    def status(self, obj: StatorTask) -> str:
+        return STATUS.get(obj.state, obj.state)
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: StatorTask) -> int:
+        return len(obj.worker_ids)
+
+    @admin.display(description="arguments")
+    def arguments(self, obj: StatorTask) -> str:
+        return json.dumps(obj.args_kwargs)
+
+    @admin.display(description="return value")
+    def result(self, obj: StatorTask) -> str:
+        return json.dumps(obj.return_value) if obj.state == "successful" else "—"
+
+    @admin.display(description="errors")
+    def error_list(self, obj: StatorTask) -> str:
+        if not obj.errors:
+            return "—"
+        return format_html_join(
+            "", "<p><strong>{}</strong></p><pre>{}</pre>",
+            ((e["exception_class_path"], e["traceback"]) for e in obj.errors),
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Run again (enqueue a copy of each selected finished task)")
+    def run_again(self, request: HttpRequest, queryset: QuerySet[StatorTask]) -> None:
+        from django.tasks import task_backends
+        from django.utils.module_loading import import_string
+
+        done = 0
+        for row in queryset.filter(state__in=["successful", "failed"]):
+            task = import_string(row.task_path).using(
+                priority=row.priority, queue_name=row.queue_name, backend=row.backend,
+            )
+            task_backends[row.backend].enqueue(
+                task, row.args_kwargs["args"], row.args_kwargs["kwargs"]
+            )
+            done += 1
+        self.message_user(
+            request, format_html("{} task(s) enqueued again.", done), messages.SUCCESS
+        )

@@ -1,0 +1,178 @@
+"""The row behind every ``django.tasks`` task run by Stator, and the graph it moves through.
+
+A task is an ordinary Stator row: ``ready`` (enqueued, due at ``run_after`` or at once) →
+``running`` (picked up; its handler runs the task function under a lease) → ``successful`` or
+``failed``, both deleted ``keep_results`` after they are entered.  A worker killed mid-task
+leaves its row in ``running`` with a lease that expires; the next worker runs it again, so a
+task is never stuck RUNNING.
+
+This module imports on Django 5.2 as well (the model is part of the ``stator`` app there too);
+only running a task needs ``django.tasks`` (Django >= 6.0), and that is checked by a system
+check (``stator.E020``) instead of failing with an ImportError.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import models
+
+from .._graph import State, StateGraph
+from .models import StatorModel
+
+BACKEND_PATH = "stator.django.tasks.StatorBackend"
+DEFAULT_KEEP_RESULTS = 7 * 24 * 3600.0
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRY_AFTER = 10.0
+
+
+def _stator_backends() -> list[dict[str, Any]]:
+    """The ``TASKS`` entries that use this backend (settings are loaded before any model)."""
+    configured = getattr(settings, "TASKS", None) or {}
+    return [p for p in configured.values() if p.get("BACKEND") == BACKEND_PATH]
+
+
+def _seconds(value: Any, default: float | None) -> float | None:
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def _option(name: str, default: float | None) -> float | None:
+    """The largest value any Stator task backend sets for ``OPTIONS[name]``.
+
+    The graph is a class, so its timings are fixed when it is created; with several Stator
+    backends the most lenient value wins (results kept longest, longest timeout)."""
+    values = [
+        _seconds(p.get("OPTIONS", {}).get(name), default) for p in _stator_backends()
+        if name in p.get("OPTIONS", {})
+    ]
+    if not values:
+        return default
+    if any(v is None for v in values):
+        return None
+    return max(v for v in values if v is not None)
+
+
+KEEP_RESULTS = _option("keep_results", DEFAULT_KEEP_RESULTS)
+TIMEOUT = _option("timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT
+RETRY_AFTER = _option("retry_after", DEFAULT_RETRY_AFTER) or DEFAULT_RETRY_AFTER
+# A task past its timeout (or whose result could not be saved) is a failure of Stator's own:
+# it backs off like any other and, after this many in a row, the task is FAILED.
+STALLS_ALLOWED = 3
+
+
+class TaskStates(StateGraph):
+    ready = State(retry_after=RETRY_AFTER)
+    running = State(
+        retry_after=RETRY_AFTER, timeout=TIMEOUT, max_attempts=STALLS_ALLOWED,
+    )
+    successful = State(delete_after=KEEP_RESULTS)
+    failed = State(delete_after=KEEP_RESULTS)
+
+    ready.transitions_to(running)
+    running.transitions_to(successful)
+    running.transitions_to(failed)
+    running.fails_to(failed)
+
+    @classmethod
+    def check_ready(cls, task: StatorTask) -> State:
+        # Writes nothing, so the engine batches these moves: picking a task up costs a
+        # share of one claim and one write per hundred tasks.
+        return cls.running
+
+    @classmethod
+    def check_running(cls, task: StatorTask) -> State | None:
+        from ._task_run import run_task
+
+        return run_task(task, cls)
+
+
+_RESULT_SQL: dict[str, str] = {}
+
+
+class StatorTask(StatorModel):
+    """One enqueued ``django.tasks`` task, its attempts and its result."""
+
+    state_graph = TaskStates
+
+    id = models.CharField(primary_key=True, max_length=64, editable=False)
+    task_path = models.CharField("task", max_length=255)
+    queue_name = models.CharField("queue", max_length=64)
+    priority = models.SmallIntegerField(default=0)
+    backend = models.CharField(max_length=64)
+    args_kwargs = models.JSONField("arguments")
+    run_after = models.DateTimeField(null=True, blank=True)
+    max_attempts = models.PositiveSmallIntegerField(default=1)
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    return_value = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    worker_ids = models.JSONField(default=list, blank=True)
+
+    # Due tasks are claimed by priority first (highest first), then by due time.
+    stator_claim_priority = "priority"
+
+    class Meta:
+        app_label = "stator"
+        db_table = "stator_tasks"
+        verbose_name = "task"
+        indexes = [
+            models.Index(
+                fields=["state", "-priority", "state_next"], name="stator_tasks_claim",
+                condition=models.Q(state_next__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} ({self.id})"
+
+    @classmethod
+    def stator_write_extra(cls, store: Any, conn: Any, writes: Sequence[Any]) -> None:
+        """Write the results of a batch of attempts (``Write.extra``, set by the running
+        handler) in the transaction of their fenced transitions: one UPDATE per batch."""
+        from .._store._tasks import result_update_sql, write_results
+
+        dialect = store.dialect
+        sql = _RESULT_SQL.get(dialect.name)
+        if sql is None:
+            json_type = "jsonb" if dialect.name == "postgresql" else "text"
+            quote = store.engine.dialect.identifier_preparer.quote
+            sql = _RESULT_SQL[dialect.name] = result_update_sql(
+                quote(cls._meta.db_table), quote(cls._meta.pk.column), "text", dialect, json_type
+            )
+        write_results(conn, sql, dialect, writes)
+
+    @classmethod
+    def stator_claim_where(cls, options: dict[str, Any]) -> str | None:
+        """The claim condition for a worker of ``options["queues"]`` (None: every queue)."""
+        queues: Sequence[str] | None = options.get("queues")
+        if not queues:
+            return None
+        listed = ", ".join("'" + q.replace("'", "''") + "'" for q in queues)
+        return f"queue_name IN ({listed})"
+
+
+@checks.register()
+def check_task_backend(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """On Django < 6.0 a configured Stator task backend can never run: say so clearly."""
+    if not _stator_backends() or importlib.util.find_spec("django.tasks") is not None:
+        return []
+    import django
+
+    return [checks.Error(
+        f"TASKS uses {BACKEND_PATH}, but Django {django.get_version()} has no task framework "
+        "(django.tasks).",
+        hint="The Stator task backend needs Django >= 6.0 (and Python >= 3.12); upgrade "
+        "Django or remove the backend from TASKS.",
+        id="stator.E020",
+    )]

@@ -1,0 +1,137 @@
+"""Running one task: the handler of ``TaskStates.running`` (Django >= 6.0 only).
+
+The attempt's record (times, return value, errors) always commits with the row's transition:
+the handler leaves it on the row (``stator_extra``) and the engine writes it in its batched,
+fenced write (``Write.extra``, ``StatorTask.stator_write_extra``), so a no-op task costs no
+transaction of its own, and a record whose fence no longer held is never written.  A
+task that writes to the database gets the handler's transaction (its writes, its record and
+its transition commit together); if it raises, its writes are rolled back to a savepoint
+taken before the first of them, and the error is kept.  Signals follow ``django.tasks``:
+``task_started`` before the function runs, ``task_finished`` when it has returned or raised
+(the record is committed with the transition, moments later).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+from django.tasks import TaskContext, task_backends
+from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
+from django.utils.json import normalize_json
+
+from .._graph import State
+from ..errors import TryAgainLater
+from ._task_model import DEFAULT_RETRY_AFTER
+from .tasks import StatorBackend, result_from_row
+
+if TYPE_CHECKING:
+    from ._task_model import StatorTask, TaskStates
+
+MAX_RETRY_AFTER = 3600.0
+RESULT_FIELDS = (
+    "started_at", "last_attempted_at", "finished_at", "return_value", "errors", "worker_ids",
+)
+WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT")
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"[-64:]
+
+
+def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
+    """Run ``row``'s task once and record the attempt on the row; the next state, or
+    ``TryAgainLater`` to wait (with backoff) for the next attempt."""
+    now = timezone.now()
+    row.started_at = row.started_at or now
+    row.last_attempted_at = now
+    row.worker_ids = [*row.worker_ids, WORKER_ID]
+    result = result_from_row(row, status="RUNNING")
+    task_started.send(StatorBackend, task_result=result)
+    using = row._state.db or "default"
+    try:
+        with _UndoableWrites(using):
+            value = _call(result)
+    except Exception as exc:  # the task's failure is recorded; the worker carries on
+        row.errors = [*row.errors, _error(exc)]
+        if len(row.worker_ids) < row.max_attempts:
+            _save(row, "READY")
+            raise TryAgainLater(_retry_delay(row)) from exc
+        row.finished_at = timezone.now()
+        _save(row, "FAILED")
+        return graph.failed
+    row.return_value = value
+    row.finished_at = timezone.now()
+    _save(row, "SUCCESSFUL")
+    return graph.successful
+
+
+class _UndoableWrites:
+    """Undo the task's own writes if it raises, keeping the rest of the handler's transaction.
+
+    The savepoint is taken just before the task's first write, not when it starts: on SQLite
+    a savepoint takes the write lock, and a task that reads or calls out for a while must not
+    hold it (tasks that never write run side by side)."""
+
+    def __init__(self, using: str) -> None:
+        self.conn = connections[using]
+        self.savepoint: str | None = None
+        self._taking = False
+
+    def __enter__(self) -> None:
+        self._wrapper = self.conn.execute_wrapper(self._before_write)
+        self._wrapper.__enter__()
+
+    def _before_write(self, execute: Any, sql: str, params: Any, many: bool, ctx: Any) -> Any:
+        if (self.savepoint is None and not self._taking and self.conn.in_atomic_block
+                and sql.lstrip()[:10].upper().startswith(WRITES)):
+            self._taking = True
+            try:
+                self.savepoint = self.conn.savepoint()
+            finally:
+                self._taking = False
+        return execute(sql, params, many, ctx)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self._wrapper.__exit__(None, None, None)
+        if self.savepoint is None:
+            return
+        if kind is None:
+            self.conn.savepoint_commit(self.savepoint)
+        else:
+            self.conn.savepoint_rollback(self.savepoint)
+
+
+def _call(result: Any) -> Any:
+    task = result.task
+    if task.takes_context:
+        value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+    else:
+        value = task.call(*result.args, **result.kwargs)
+    return normalize_json(value)  # a value JSON cannot hold fails the attempt, as in Django
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    kind = type(exc)
+    return {
+        "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def _retry_delay(row: StatorTask) -> float:
+    """Exponential backoff from the backend's ``retry_after``, capped at an hour."""
+    options = task_backends[row.backend].options
+    base = float(options.get("retry_after", DEFAULT_RETRY_AFTER))
+    return float(min(base * 2 ** (len(row.worker_ids) - 1), MAX_RETRY_AFTER))
+
+
+def _save(row: StatorTask, status: str) -> None:
+    """Record the attempt on the row and say ``task_finished`` once the task is over.
+
+    The record is handed to the engine, which writes it with the row's transition in its
+    batched, fenced write (see ``StatorTask.stator_write_extra``)."""
+    row.stator_extra = {f: getattr(row, f) for f in RESULT_FIELDS}
+    if status in ("SUCCESSFUL", "FAILED"):
+        task_finished.send(StatorBackend, task_result=result_from_row(row, status=status))

@@ -1,0 +1,215 @@
+"""``StatorBackend``: Django's task framework (``django.tasks``, Django >= 6.0) on Stator.
+
+Settings::
+
+    TASKS = {"default": {"BACKEND": "stator.django.tasks.StatorBackend",
+                         "QUEUES": ["default", "mail"], "OPTIONS": {"max_attempts": 3}}}
+
+A task is a row of ``StatorTask`` (table ``stator_tasks``) in the project's own database,
+inserted in the caller's transaction: a rolled-back ``transaction.atomic()`` leaves no task,
+and a task enqueued by a Stator handler commits with that handler's transition.
+``manage.py runstator`` runs the tasks with every other Stator model.
+
+OPTIONS: ``max_attempts`` (1: no retry; failed attempts back off exponentially from
+``retry_after``, 10 s), ``keep_results`` (seconds or a timedelta, 7 days; None keeps them),
+``timeout`` (seconds a task may run, 30; its lease is twice that).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import uuid
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if importlib.util.find_spec("django.tasks") is None:  # pragma: no cover - Django 5.2
+    raise ImportError(
+        "stator.django.tasks needs Django >= 6.0 (django.tasks); `manage.py check` says more"
+    )
+
+from asgiref.sync import sync_to_async
+from django.apps import apps
+from django.core import checks
+from django.db import connections, transaction
+from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from ._task_model import StatorTask
+
+_INSERTS: dict[tuple[str, bool], str] = {}
+STATUS_OF_STATE = {
+    "ready": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "successful": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+}
+
+
+class StatorBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.max_attempts = int(self.options.get("max_attempts", 1))
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        result = self._new_result(task, args, kwargs)
+        self._store(task, result)
+        return result
+
+    async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        result = self._new_result(task, args, kwargs)
+        await sync_to_async(self._store)(task, result)  # on the thread of the async ORM
+        return result
+
+    def _new_result(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        # TaskResult refuses arguments JSON cannot hold, with Django's own error.
+        return _result(
+            task, uuid.uuid4().hex, TaskResultStatus.READY, self.alias, args, kwargs,
+            enqueued_at=timezone.now(),
+        )
+
+    def _store(self, task: Task, result: TaskResult) -> None:
+        """Insert the task's row through the caller's connection, so it joins the caller's
+        transaction; ``task_enqueued`` is sent once that commits."""
+        from .._store._tasks import insert_params, insert_sql
+        from ._task_model import StatorTask
+
+        values: dict[str, Any] = {
+            "id": result.id, "task_path": task.module_path, "queue_name": task.queue_name,
+            "priority": task.priority, "backend": self.alias,
+            "args_kwargs": {"args": result.args, "kwargs": result.kwargs},
+            "run_after": task.run_after, "max_attempts": self.max_attempts,
+            "enqueued_at": result.enqueued_at, "errors": [], "worker_ids": [],
+        }
+        if task.run_after is not None:
+            values["state_next"] = task.run_after  # due then, not at once
+        using = _database()
+        conn = connections[using]
+        key = (conn.vendor, task.run_after is not None)
+        sql = _INSERTS.get(key)
+        if sql is None:
+            sql = _INSERTS[key] = insert_sql(StatorTask._meta.db_table, *key)
+        with conn.cursor() as cursor:
+            cursor.execute(sql, insert_params(values, conn.vendor))
+        self._announce(result, using)
+
+    def _announce(self, result: TaskResult, using: str) -> None:
+        """``task_enqueued`` once the task is committed (at once outside a transaction), so a
+        rolled-back enqueue announces nothing."""
+        transaction.on_commit(
+            lambda: task_enqueued.send(type(self), task_result=result), using=using,
+        )
+
+    # -- results ---------------------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> TaskResult:
+        from ._task_model import StatorTask
+
+        try:
+            return result_from_row(StatorTask.objects.using(_database()).get(pk=result_id))
+        except StatorTask.DoesNotExist:
+            raise TaskResultDoesNotExist(result_id) from None
+
+    async def aget_result(self, result_id: str) -> TaskResult:
+        from ._task_model import StatorTask
+
+        try:
+            row = await StatorTask.objects.using(_database()).aget(pk=result_id)
+        except StatorTask.DoesNotExist:
+            raise TaskResultDoesNotExist(result_id) from None
+        return result_from_row(row)
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        found: list[checks.CheckMessage] = list(super().check(**kwargs))
+        if not apps.is_installed("stator.django"):
+            found.append(checks.Error(
+                f"TASKS[{self.alias!r}] uses StatorBackend, but the stator app is not installed.",
+                hint="Add 'stator.django' to INSTALLED_APPS and run `manage.py migrate`.",
+                id="stator.E021",
+            ))
+        max_attempts = self.options.get("max_attempts", 1)
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            found.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['max_attempts'] must be a whole number "
+                f">= 1, not {max_attempts!r}.",
+                id="stator.E022",
+            ))
+        for name in ("keep_results", "timeout", "retry_after"):
+            value = self.options.get(name)
+            if value is not None and not isinstance(value, int | float | timedelta):
+                found.append(checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS'][{name!r}] must be seconds or a "
+                    f"timedelta, not {value!r}.",
+                    id="stator.E023",
+                ))
+        return found
+
+
+def _database() -> str:
+    """Tasks live in the database the workers run (``STATOR["DATABASE"]``)."""
+    from ._setup import stator_settings
+
+    return str(stator_settings()["DATABASE"])
+
+
+def result_from_row(row: StatorTask, status: str | None = None) -> TaskResult:
+    """The ``TaskResult`` a row stands for; ``status`` overrides the one its state gives."""
+    task = _task(row.task_path, row.priority, row.queue_name, row.run_after, row.backend)
+    state = status or STATUS_OF_STATE.get(row.state, TaskResultStatus.READY)
+    result = _result(
+        task, row.id, TaskResultStatus(state), row.backend,
+        row.args_kwargs["args"], row.args_kwargs["kwargs"],
+        enqueued_at=row.enqueued_at,
+        started_at=row.started_at, finished_at=row.finished_at,
+        last_attempted_at=row.last_attempted_at,
+        errors=[TaskError(**e) for e in row.errors], worker_ids=list(row.worker_ids),
+    )
+    if result.status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", row.return_value)
+    return result
+
+
+@functools.lru_cache(maxsize=1024)
+def _task(
+    path: str, priority: int, queue_name: str, run_after: datetime | None, backend: str
+) -> Task:
+    """The task a row names, as it was enqueued (looked up and validated once per variant:
+    ``Task.using`` inspects the function's signature)."""
+    task = import_string(path)
+    if not isinstance(task, Task):
+        raise TaskResultDoesNotExist(f"{path} is no longer a task")
+    return task.using(
+        priority=priority, queue_name=queue_name, run_after=run_after, backend=backend,
+    )
+
+
+def _result(
+    task: Task, result_id: str, status: TaskResultStatus, backend: str, args: Any,
+    kwargs: Any, **extra: Any,
+) -> TaskResult:
+    fields: dict[str, Any] = {
+        "enqueued_at": None, "started_at": None, "finished_at": None,
+        "last_attempted_at": None, "errors": [], "worker_ids": [],
+    }
+    fields.update(extra)
+    return TaskResult(
+        task=task, id=result_id, status=status, backend=backend, args=list(args),
+        kwargs=dict(kwargs), **fields,
+    )

@@ -1,0 +1,22 @@
+"""Tasks for the process tests and the benchmark."""
+
+import time
+from pathlib import Path
+
+from django.tasks import task
+
+
+@task
+def noop() -> None:
+    return None
+
+
+@task
+def slow_first_time(markers: str) -> str:
+    """Leaves a marker per run; the first run hangs (until its worker is killed)."""
+    folder = Path(markers)
+    runs = len(list(folder.iterdir()))
+    (folder / f"run-{runs}").touch()
+    if runs == 0:
+        time.sleep(600)
+    return "done"

@@ -1,0 +1,51 @@
+"""Tasks used by test_tasks.py (module level, as django.tasks requires), declared under the
+settings the tests run them with: the test project itself configures no task backend."""
+
+from django.db import transaction
+from django.tasks import TaskContext, task
+from django.test import override_settings
+from djtest.orders.models import Receipt
+
+TASKS = {"default": {"BACKEND": "stator.django.tasks.StatorBackend",
+                     "QUEUES": ["default", "mail"], "OPTIONS": {"max_attempts": 3}}}
+
+with override_settings(TASKS=TASKS):
+
+    @task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @task(queue_name="mail")
+    def shout(text: str) -> str:
+        return text.upper()
+
+    @task
+    def fail(message: str) -> None:
+        raise ValueError(message)
+
+    @task
+    def write_then_fail(alias: str, order_id: int) -> None:
+        """Writes a row, then raises: the write must be undone, the error kept."""
+        Receipt.objects.using(alias).create(order_id=order_id)
+        raise RuntimeError("after writing")
+
+    @task
+    def write_in_atomic(alias: str, order_id: int, then_fail: bool) -> int:
+        """Writes inside its own atomic blocks (savepoints nested in the task's)."""
+        with transaction.atomic(using=alias):
+            receipt, _ = Receipt.objects.using(alias).update_or_create(order_id=order_id)
+        if then_fail:
+            raise RuntimeError("after a committed inner block")
+        return int(receipt.pk)
+
+    @task(takes_context=True)
+    def attempt_number(context: TaskContext) -> int:
+        return context.attempt
+
+    @task
+    async def async_add(a: int, b: int) -> int:
+        return a + b
+
+    @task
+    def returns_object() -> object:
+        return object()

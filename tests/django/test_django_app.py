@@ -1,0 +1,265 @@
+"""The Django-only parts: admin, in-request runner, testing helpers, bulk moves, checks."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import models
+from django.test.utils import isolate_apps
+from djtest.orders.models import Job, Order, OrderStates, Receipt
+
+from stator import ManualClock
+from stator.django import checks
+from stator.django.models import StatorModel
+from stator.django.testing import assert_path, path_of, run_until_idle
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(datetime.now(UTC) + timedelta(seconds=5))
+
+
+# -- testing helpers, inside the test's transaction (TestCase style) ----------------------
+
+
+@pytest.mark.django_db(databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_run_until_idle_and_assert_path(clock: ManualClock, alias: str) -> None:
+    """Inside the test's own transaction (TestCase style), on both databases."""
+    order = Order.objects.using(alias).create(paid=True)
+    unpaid = Order.objects.using(alias).create(paid=False)
+    report = run_until_idle(clock=clock, models=[Order], using=alias)
+    assert report.transitions == 1
+    assert_path(order, OrderStates.new, OrderStates.charged)
+    assert Receipt.objects.using(alias).filter(order=order).count() == 1
+    order.transition_perform(OrderStates.shipped)
+    assert_path(order, "new", "charged", "shipped")
+    with pytest.raises(AssertionError, match="went new -> charged -> shipped"):
+        assert_path(order, "new", "shipped")
+    unpaid.paid = True
+    unpaid.save()  # leaves the engine's fields alone: still not due for 30 s
+    assert run_until_idle(clock=clock, models=[Order], using=alias).claimed == 0
+    clock.advance(31)
+    run_until_idle(clock=clock, models=[Order], using=alias)
+    assert path_of(unpaid) == ["charged"]
+
+
+@pytest.mark.django_db
+def test_run_until_idle_raises_a_handlers_error_unless_told_not_to(clock: ManualClock) -> None:
+    Job.objects.create(kind="fail")
+    with pytest.raises(ValueError, match="failed"):
+        run_until_idle(clock=clock, models=[Job])
+    clock.advance(3600)
+    report = run_until_idle(clock=clock, models=[Job], raise_errors=False)
+    assert report.errors == 1
+
+
+@pytest.mark.django_db
+def test_queryset_transition_perform_moves_only_rows_with_an_edge() -> None:
+    new = Order.objects.create()
+    charged = Order.objects.create()
+    charged.transition_perform(OrderStates.charged)
+    assert Order.objects.all().transition_perform(OrderStates.shipped) == 1
+    assert Order.objects.get(pk=charged.pk).state == "shipped"
+    assert Order.objects.get(pk=new.pk).state == "new"
+
+
+# -- the in-request runner ------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_batch_answers_and_runs(client: Any, settings: Any) -> None:
+    Order.objects.create(paid=True)
+    assert client.get("/stator/run/").status_code == 405
+    assert client.post("/stator/run/").status_code == 403
+    wrong = client.post("/stator/run/", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 403
+    done = client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert done.status_code == 200
+    body = json.loads(done.content)
+    assert body["transitions"] == 1 and body["per_model"]["orders_order"] == 1
+    assert Order.objects.get().state == "charged"
+    settings.STATOR = {}
+    assert client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"}
+                       ).status_code == 404
+
+
+# -- the admin ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_state_column_graph_and_actions(admin_client: Any, clock: ManualClock) -> None:
+    order = Order.objects.create()
+    shipped = Order.objects.create()
+    shipped.transition_perform(OrderStates.charged)
+    shipped.transition_perform(OrderStates.shipped)
+    page = admin_client.get("/admin/orders/order/").content.decode()
+    assert "column-state" in page and "?state=new" in page
+    change = admin_client.get(f"/admin/orders/order/{order.pk}/change/").content.decode()
+    assert "stateDiagram-v2" in change and "OrderStates__new --&gt; OrderStates__charged" in change
+    job = Job.objects.create()
+    assert "digraph" in admin_client.get(f"/admin/orders/job/{job.pk}/change/").content.decode()
+    moved = admin_client.post("/admin/orders/order/", {
+        "action": "stator_move_to_charged", "_selected_action": [order.pk, shipped.pk],
+    }, follow=True).content.decode()
+    assert "1 row(s) moved to charged" in moved and "1 row(s) left alone" in moved
+    assert Order.objects.get(pk=order.pk).state == "charged"
+    assert Order.objects.get(pk=shipped.pk).state == "shipped"
+    waiting = Job.objects.create(kind="later")
+    run_until_idle(clock=clock, models=[Job])
+    assert Job.objects.get(pk=waiting.pk).state_next > clock.now()
+    admin_client.post("/admin/orders/job/", {
+        "action": "stator_retry_now", "_selected_action": [waiting.pk],
+    })
+    assert Job.objects.get(pk=waiting.pk).state_next <= datetime.now(UTC)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_errors_and_workers_pages(admin_client: Any, clock: ManualClock) -> None:
+    failing = Job.objects.create(kind="fail")
+    run_until_idle(clock=clock, models=[Job], raise_errors=False)
+    errors = admin_client.get("/admin/stator/statorerror/").content.decode()
+    assert f">{failing.pk}<" in errors and "ValueError" in errors
+    assert admin_client.get("/admin/stator/statorworker/").status_code == 200
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+@isolate_apps("djtest.orders")
+def test_bad_field_overrides_are_errors() -> None:
+    class Wrong(StatorModel):
+        state_graph = OrderStates
+        state = models.IntegerField()  # type: ignore[assignment]
+        state_history = models.TextField()
+        state_ready = models.BooleanField()
+
+        class Meta:
+            app_label = "orders"
+
+    found = {(e.id, e.msg.split(" ")[0]) for e in checks._field_problems(Wrong)}
+    assert found == {("stator.E002", "Wrong.state"), ("stator.E003", "Wrong.state_history"),
+                     ("stator.E004", "Wrong.state_ready")}
+
+
+def test_sqlite_not_in_wal_mode_is_warned(settings: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    from django.db import connections
+
+    path = tmp_path / "rollback.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.close()
+    conn = connections["default"]
+    saved = dict(conn.settings_dict)
+    try:
+        conn.settings_dict.update(NAME=str(path), OPTIONS={})
+        (warning,) = checks.check_sqlite_wal()
+        assert warning.id == "stator.W001" and "init_command" in warning.hint
+        conn.settings_dict["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;"}
+        assert checks.check_sqlite_wal() == []
+    finally:
+        conn.settings_dict.clear()
+        conn.settings_dict.update(saved)
+
+
+# -- transactions and wake-ups --------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sqlite_claims_take_the_write_lock_up_front(settings: Any, clock: ManualClock) -> None:
+    """Whatever the project's transaction_mode: a deferred BEGIN could fail mid-claim."""
+    from django.db import connections
+
+    from stator.django._setup import build_stator
+
+    Order.objects.create(paid=True)
+    store = build_stator(models=[Order], clock=clock).store
+    conn = connections["default"]
+    conn.ensure_connection()
+    store.is_paused(store.tracked[0], clock.now())  # read now: a claim reads it once a second
+    seen: list[str] = []
+    conn.connection.set_trace_callback(seen.append)
+    try:
+        [(obj, claimed)] = store.claim(store.tracked[0], clock.now(), 10)
+    finally:
+        conn.connection.set_trace_callback(None)
+    began = [s.split(" (")[0][:15] for s in seen if s.startswith(("BEGIN", "WITH", "COMMIT"))]
+    assert began == ["BEGIN IMMEDIATE", "WITH due AS", "COMMIT"]
+    assert isinstance(obj, Order) and obj.paid and claimed.state == "new"
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_application_moves_wake_workers_on_commit(alias: str) -> None:
+    from django.db import connections, transaction
+
+    from stator import _wake
+    from stator._store._django import wake_key
+
+    woken: list[int] = []
+    key = wake_key(alias)
+    _wake.subscribe(key, lambda: woken.append(1))
+    try:
+        order = Order.objects.using(alias).create()
+        with transaction.atomic(using=alias):
+            order.transition_perform(OrderStates.charged)
+            assert woken == []  # not before the commit: the worker would not see the row
+        assert woken == [1]
+    finally:
+        _wake.unsubscribe(key, woken.append)
+    if connections[alias].vendor == "postgresql":  # other processes: the insert trigger
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s",
+                           ["stator_notify_orders_order"])
+            assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.django_db
+def test_migrations_hold_literals_not_the_graph() -> None:
+    """A renamed graph or a removed state must not break old migrations."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("makemigrations", "orders", dry_run=True, verbosity=3, stdout=out)
+    text = out.getvalue()
+    assert "('state', models.CharField(db_default='new', default='new', max_length=100))" in text
+    assert "stator.django.fields.NowPlus(0.0)" in text
+    assert "condition=models.Q(('state_next__isnull', False))" in text
+    assert "fields=['state', 'state_next']" in text
+    assert "OrderStates" not in text and "JobStates" not in text
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_on_commit_callbacks_run_once_the_transition_is_committed(alias: str) -> None:
+    from djtest.orders.models import SENT, Note
+
+    from stator.django._setup import build_stator
+
+    SENT.clear()
+    note = Note.objects.using(alias).create()
+    clock = ManualClock(datetime.now(UTC) + timedelta(seconds=5))
+    report = build_stator(models=[Note], clock=clock, alias=alias).run_once()
+    assert report.transitions == 1
+    assert [note.pk] == SENT
+    assert Note.objects.using(alias).get(pk=note.pk).state == "sent"
+
+
+def test_bad_settings_are_config_errors(settings: Any) -> None:
+    from stator import ConfigError
+    from stator.django._setup import stator_settings
+
+    settings.STATOR = {"CONCURRENCY": "four"}
+    with pytest.raises(ConfigError, match=r"STATOR\['CONCURRENCY'\] must be a whole number"):
+        stator_settings()
+    settings.STATOR = ["CONCURRENCY"]
+    with pytest.raises(ConfigError, match="must be a dict"):
+        stator_settings()

@@ -1,0 +1,40 @@
+"""System checks for the task backend: on Django 5.2 (no ``django.tasks``) configuring it
+fails ``manage.py check`` with stator.E020, not an ImportError; on Django 6 bad OPTIONS are
+named."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from stator.django._task_model import check_task_backend
+
+HAS_TASKS = importlib.util.find_spec("django.tasks") is not None
+BACKEND = "stator.django.tasks.StatorBackend"
+
+
+@pytest.mark.skipif(HAS_TASKS, reason="Django >= 6.0 has django.tasks")
+def test_backend_on_django_without_tasks_fails_the_check_clearly() -> None:
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND}}):
+        [error] = check_task_backend()
+        assert error.id == "stator.E020"
+        assert "Django >= 6.0" in error.hint
+        with pytest.raises(SystemCheckError, match=r"stator\.E020"):
+            call_command("check")
+
+
+@pytest.mark.skipif(not HAS_TASKS, reason="the task backend needs Django >= 6.0")
+def test_bad_options_are_named_by_the_check() -> None:
+    from django.tasks import task_backends
+
+    options = {"max_attempts": 0, "keep_results": "a week"}
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND, "OPTIONS": options}}):
+        assert check_task_backend() == []
+        ids = [m.id for m in task_backends["default"].check()]
+        assert ids == ["stator.E022", "stator.E023"]
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND}}):
+        assert task_backends["default"].check() == []

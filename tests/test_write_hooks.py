@@ -1,0 +1,167 @@
+"""The two hooks a model may declare for the engine's hot path, on both backends.
+
+``stator_claim_priority`` names a column whose higher values are claimed first;
+``stator_write_extra`` writes what a handler left in ``obj.stator_extra`` in the same
+transaction as the row's fenced write, and only for rows whose fence held.  (The
+``django.tasks`` backend uses both: task priority, and results without a transaction each.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Integer, String, insert, select, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from stator import ConfigError, State, StateGraph, Stator
+from stator._policy import Moved, after_run
+from stator.sqlalchemy import StatorMixin
+
+SEEN: list[int] = []
+
+
+class Ranked(StateGraph):
+    new = State()
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    def check_new(cls, row: Any) -> State:
+        SEEN.append(row.id)
+        if row.order < 0:  # a handler that also writes: the slow path
+            row.order = 9
+            row.stator_extra = {"result": "slow"}
+            return cls.done
+        row.stator_extra = {"result": f"done {row.id}"}
+        return cls.done
+
+
+def models(priority: str | None = "order", hook: bool = True) -> Any:
+    class Base(DeclarativeBase):
+        pass
+
+    class Job(StatorMixin, Base):
+        __tablename__ = "jobs"
+        state_graph = Ranked
+        id: Mapped[int] = mapped_column(primary_key=True)
+        # A reserved word, so the claim's ORDER BY must quote it.
+        order: Mapped[int] = mapped_column("order", Integer, default=0)
+        result: Mapped[str | None] = mapped_column(String(100))
+
+    if priority is not None:
+        Job.stator_claim_priority = priority  # type: ignore[attr-defined]
+    if hook:
+        def write_extra(cls: Any, store: Any, conn: Connection, writes: Sequence[Any]) -> None:
+            table = store.engine.dialect.identifier_preparer.quote("jobs")
+            for w in writes:
+                conn.execute(
+                    text(f"UPDATE {table} SET result = :result WHERE id = :id"),
+                    {"result": w.extra["result"], "id": w.pk},
+                )
+
+        Job.stator_write_extra = classmethod(write_extra)  # type: ignore[attr-defined]
+    return Job
+
+
+def results(stator: Stator, model: Any) -> dict[int, tuple[str, str | None]]:
+    with Session(stator.engine) as session:
+        return {r.id: (r.state, r.result) for r in session.scalars(select(model))}
+
+
+def test_claims_take_the_highest_priority_first(backend: str, clock: Any, make_stator: Any) -> None:
+    Job = models()
+    stator = make_stator(backend, [Job], clock, batch_size=3)
+    with stator.engine.begin() as conn:  # the oldest rows have the lowest priority
+        conn.execute(insert(Job), [{"id": i, "order": i % 4} for i in range(1, 13)])
+    SEEN.clear()
+    stator.run_once()
+    assert sorted(SEEN) == [3, 7, 11]  # priority 3, in due order
+    SEEN.clear()
+    stator.run_once()
+    assert sorted(SEEN) == [2, 6, 10]
+
+
+def test_without_a_priority_claims_go_by_due_time(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    Job = models(priority=None)
+    stator = make_stator(backend, [Job], clock, batch_size=3)
+    with stator.engine.begin() as conn:
+        for i in range(1, 7):  # one statement each, so each row is due a little later
+            conn.execute(insert(Job), [{"id": i, "order": i}])
+    SEEN.clear()
+    stator.run_once()
+    assert sorted(SEEN) == [1, 2, 3]
+
+
+def test_a_priority_that_is_not_a_column_is_refused(backend: str, clock: Any) -> None:
+    Job = models(priority="urgency")
+    with pytest.raises(ConfigError, match="urgency"):
+        Stator(backend, [Job], clock=clock)
+
+
+def test_extra_is_written_with_the_batched_transition(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    Job = models()
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": i} for i in (1, 2)])
+    report = stator.run_once()
+    assert report.transitions == 2
+    assert results(stator, Job) == {1: ("done", "done 1"), 2: ("done", "done 2")}
+
+
+def test_extra_is_written_with_a_handler_that_wrote(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    """The slow path: the handler's own changes, its transition and its extra, one commit."""
+    Job = models()
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": 1, "order": -1}])
+    stator.run_once()
+    assert results(stator, Job) == {1: ("done", "slow")}
+    with Session(stator.engine) as session:
+        assert session.get(Job, 1).order == 9  # type: ignore[union-attr]
+
+
+def test_extra_is_not_written_when_the_fence_no_longer_holds(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    """A late result (its lease expired and the row was claimed again) must not land."""
+    Job = models()
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": 1}])
+    tracked = stator.store.tracked[0]
+    [(_, slow)] = stator.store.claim(tracked, clock.now(), 10)
+    clock.advance(Ranked.new.lease + 1)
+    [(_, fast)] = stator.store.claim(tracked, clock.now(), 10)
+
+    stale = after_run(Ranked, slow, Moved(Ranked.done), clock.now())
+    stale = replace(stale, extra={"result": "late"})
+    assert stator.store.write_all([(tracked, [stale])]) == {"jobs": {1}}
+    assert results(stator, Job) == {1: ("new", None)}
+
+    current = after_run(Ranked, fast, Moved(Ranked.done), clock.now())
+    current = replace(current, extra={"result": "on time"})
+    assert stator.store.write_all([(tracked, [current])]) == {"jobs": set()}
+    assert results(stator, Job) == {1: ("done", "on time")}
+
+
+def test_extra_without_a_hook_is_a_handler_error(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    Job = models(hook=False)
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": 1}])
+    report = stator.run_once(raise_errors=False)
+    assert report.transitions == 0
+    [error] = stator.status()["errors"]
+    assert "stator_write_extra" in error["message"]
+    assert results(stator, Job) == {1: ("new", None)}
