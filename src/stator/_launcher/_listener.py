@@ -143,9 +143,7 @@ class Listener:
             if key in conns or (key in retry and retry[key][0] > now):
                 continue
             try:
-                conn = _connect(url)
-                conn.execute(f"LISTEN {CHANNEL}")
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                conn = _listening(url)
             except Exception as exc:
                 delay = retry.get(key, (0.0, RETRY_FIRST))[1]
                 if key not in retry:
@@ -189,6 +187,20 @@ class Listener:
             conn.close()
         with self._lock:
             self._connected = set(conns)
+
+
+def _listening(url: URL) -> Any:
+    """A connection listening on both channels; closed again if LISTEN fails (a database
+    dropped between connect and LISTEN), so no half-set-up connection is left to the GC."""
+    conn = _connect(url)
+    try:
+        conn.execute(f"LISTEN {CHANNEL}")
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            conn.close()
+        raise
+    return conn
 
 
 def _connect(url: URL) -> Any:
