@@ -5,6 +5,7 @@ still waits out its one-second idle window).  Nothing here asserts on timing.
 """
 
 import io
+import logging
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,15 @@ def test_ctrl_c_stops_the_worker_and_still_summarises(
 def test_rejects_a_failure_rate_outside_zero_to_one(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="failure_rate"):
         _run(tmp_path, failure_rate=1.5)
+
+
+def test_the_demo_does_not_log_its_deliberate_failures(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The live table counts failures; a WARNING with a traceback for each would scroll it
+    away.  Other worker news (outages) still gets through: only the failures' logger is quiet."""
+    with caplog.at_level(logging.WARNING):
+        summary, _ = _run(tmp_path, failure_rate=0.5)
+    assert summary.failed_attempts > 0
+    assert [r for r in caplog.records if r.name == "stator.worker.failures"] == []
+    assert logging.getLogger("stator.worker.failures").level == logging.NOTSET  # restored

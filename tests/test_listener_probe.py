@@ -6,7 +6,6 @@ and a reconnected listener does not probe again."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
 
@@ -30,10 +29,6 @@ def test_a_late_probe_notification_ends_polling(
 ) -> None:
     if not backend.startswith("postgresql"):
         pytest.skip("notifications are PostgreSQL's")
-    if os.environ.get("STATOR_TEST_PROBE") != "1":
-        # Known issue: some runs leave a psycopg connection to be garbage-collected during a
-        # later test (a ResourceWarning there); opt in until that is found.
-        pytest.skip("set STATOR_TEST_PROBE=1 (a leaked connection is still being hunted)")
     monkeypatch.setattr(worker_module, "PROBE_TIMEOUT", 0.3)
     monkeypatch.setattr(worker_module, "POLL_WITHOUT_NOTIFY", 0.1)
     m = build_models(Idle)

@@ -266,3 +266,14 @@ def test_a_dying_listener_is_restarted_closes_its_connection_and_warns(
     assert any("wake-up listener stopped" in w and "broke" in w for w in warnings), warnings
     if not backend.startswith("sqlite"):
         assert starts[0].closed
+
+
+def test_run_returns_only_once_the_listener_has_ended(backend, build_models, make_stator):
+    """Once ``run`` returns no thread of the worker uses the store: a listener still waiting
+    on its connection would open one on a disposed engine's pool (a leaked connection)."""
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    worker = stator.worker(run_for=0.3)
+    worker.run()
+    alive = [t.name for t in threading.enumerate() if t.name == "stator-listener"]
+    assert alive == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import threading
 import time
@@ -258,6 +259,19 @@ class _Run:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+@contextlib.contextmanager
+def _failures_quiet() -> Iterator[None]:
+    """The simulated remote fails on purpose and the live table counts its failures: a
+    WARNING and a traceback for each would only scroll the table away."""
+    failures = logging.getLogger("stator.worker.failures")
+    level = failures.level
+    failures.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        failures.setLevel(level)
+
+
 def run_demo(
     path: Path,
     *,
@@ -281,7 +295,7 @@ def run_demo(
     stator = Stator(f"sqlite:///{path}", models=list(MODELS), concurrency=concurrency)
     try:
         _prepare(stator, posts, followers)
-        with _using(remote):
+        with _using(remote), _failures_quiet():
             run, interrupted = _run_worker(stator, remote, console, posts, followers)
         summary = _summarise(stator, remote, run, posts, followers, interrupted)
     finally:

@@ -18,7 +18,9 @@ from typing import Any
 
 from ._policy import Failed
 
-log = logging.getLogger("stator.worker")
+# A logger of its own, so that an application (or the demo, whose failures are the show)
+# can quiet handler failures without quieting outages and the worker's other news.
+log = logging.getLogger("stator.worker.failures")
 
 BURST = 20  # failure lines per window
 WINDOW = 60.0  # seconds

@@ -50,6 +50,7 @@ SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one 
 MAX_SLEEP = 30.0
 POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
 PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
+LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (it checks every second)
 DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
 COORDINATOR, WRITER = "stator-coordinator", "stator-writer"  # names on the board
 
@@ -187,6 +188,9 @@ class Worker:
             self._stop.set()
             self._stop_threads()
             self._final_housekeeping()
+            # The listener notices the stop within a second; waiting for it means no thread
+            # of this worker touches the store (its pool, its connections) once run returns.
+            listener.join(LISTENER_JOIN)
             self.board.report(COORDINATOR, ThreadState.STOPPED)  # wakes whoever waits on us
         return RunSummary(
             self._counters, time.monotonic() - began, self._stop_reason, self._replaced
