@@ -33,6 +33,9 @@ EXPECTED = {
                "growth_mb", "flat", "rss_series"},
     "fanout": {"parents", "children_per_parent", "complete", "parents_per_second",
                "rows_created_per_second", "rows_processed_per_second"},
+    "django": {"rows", "concurrency", "django_transitions_per_second",
+               "sqlalchemy_transitions_per_second", "django_to_sqlalchemy",
+               "django_worker_cpu_s_per_1000", "complete"},
 }
 
 
@@ -81,6 +84,7 @@ def test_every_scenario_runs_and_reports(bench_db: str | None) -> None:
     check_idle(found["idle"][0], postgres=bench_db is not None)
     check_memory(found["memory"][0])
     check_fanout(found["fanout"][0])
+    check_django(found["django"][0])
     if bench_db:
         assert bench_databases(bench_db) == before  # every throwaway database dropped
 
@@ -173,3 +177,14 @@ def test_cli_prints_json_lines_and_tables(tmp_path: Any) -> None:
 def test_cli_rejects_bad_options(args: list[str]) -> None:
     result = CliRunner().invoke(cli, ["bench", *args])
     assert result.exit_code == 2
+
+
+def check_django(line: dict[str, Any]) -> None:
+    assert line["rows"] == Sizes.tiny().rows
+    assert line["complete"]  # every row made its three transitions through the Django store
+    assert line["django_transitions_per_second"] > 0
+    assert line["sqlalchemy_transitions_per_second"] > 0
+    assert line["django_to_sqlalchemy"] == pytest.approx(
+        line["django_transitions_per_second"] / line["sqlalchemy_transitions_per_second"],
+        rel=0.01,
+    )

@@ -1,0 +1,67 @@
+"""The Django side of ``stator bench --scenario django``, in a process of its own (Django's
+settings are configured once per process): ``python -m stator._bench._django_child URL ROWS
+CONCURRENCY BATCH_SIZE`` prints one JSON line, the drain's rate and CPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from sqlalchemy import make_url
+
+
+def django_database(url: str) -> dict[str, Any]:
+    """Django's ``DATABASES`` entry for a SQLAlchemy URL (SQLite file or PostgreSQL)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return {
+            "ENGINE": "django.db.backends.sqlite3", "NAME": parsed.database,
+            # What the SQLAlchemy store sets on its own connections, so both sides match.
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+        }
+    return {
+        "ENGINE": "django.db.backends.postgresql", "NAME": parsed.database,
+        "USER": parsed.username or "", "PASSWORD": parsed.password or "",
+        "HOST": parsed.host or "", "PORT": str(parsed.port or ""),
+    }
+
+
+def main(argv: list[str]) -> None:
+    url, rows, concurrency, batch_size = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    from django.conf import settings
+    from django.core.management import call_command
+
+    import django
+
+    settings.configure(
+        DATABASES={"default": django_database(url)},
+        INSTALLED_APPS=["stator.django", "stator._bench.djapp"],
+        USE_TZ=True,
+        STATOR={"CONCURRENCY": concurrency, "BATCH_SIZE": batch_size},
+    )
+    django.setup()
+    call_command("migrate", run_syncdb=True, verbosity=0)
+
+    from stator.django._setup import build_stator
+
+    from .djapp.models import BenchDjangoRow
+
+    BenchDjangoRow.objects.bulk_create(
+        [BenchDjangoRow() for _ in range(rows)], batch_size=1000
+    )
+    stator = build_stator(models=[BenchDjangoRow])
+    worker = stator.worker(until_idle=True, idle_window=0.0)
+    cpu0, began = time.process_time(), time.perf_counter()
+    summary = worker.run()
+    seconds = time.perf_counter() - began
+    cpu = time.process_time() - cpu0
+    print(json.dumps({
+        "per_second": summary.transitions / seconds, "transitions": summary.transitions,
+        "seconds": seconds, "cpu_per_1000": cpu / max(summary.transitions, 1) * 1000,
+    }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

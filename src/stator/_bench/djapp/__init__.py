@@ -1,0 +1,1 @@
+"""A Django app holding the benchmark's model, for ``stator bench --scenario django``."""
