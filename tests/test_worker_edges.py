@@ -7,6 +7,7 @@ bound the worker asked for (the timeout it slept with), not the time it took."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -218,15 +219,22 @@ class DyingConnection:
 
     def __init__(self) -> None:
         self.closed = False
+        self._read, self._write = os.pipe()
+        os.write(self._write, b".")  # readable at once: the wait ends, notifies() breaks
 
     def execute(self, _sql: str) -> None:
         pass
+
+    def fileno(self) -> int:
+        return self._read
 
     def notifies(self, timeout: float) -> Any:
         raise RuntimeError("the listening connection broke")
 
     def close(self) -> None:
         self.closed = True
+        os.close(self._read)
+        os.close(self._write)
 
 
 def test_a_dying_listener_is_restarted_closes_its_connection_and_warns(
@@ -277,3 +285,19 @@ def test_run_returns_only_once_the_listener_has_ended(backend, build_models, mak
     worker.run()
     alive = [t.name for t in threading.enumerate() if t.name == "stator-listener"]
     assert alive == []
+
+
+def test_a_stop_cuts_the_listeners_wait_short(backend, build_models, make_stator, monkeypatch):
+    """The listener waits for notifications in long stretches (nothing busy-polls); a stop
+    must end that wait, or every ``run`` would end one stretch late (here: two minutes)."""
+    from stator import _worker as worker_module
+
+    monkeypatch.setattr(worker_module, "LISTEN_WAIT", 120.0)
+    monkeypatch.setattr(worker_module, "LISTENER_JOIN", 120.0)
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    worker = stator.worker(run_for=0.3)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "run() waited out the listener's wait"

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import queue
+import select
 import sqlite3
 import sys
 import threading
@@ -50,7 +51,8 @@ SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one 
 MAX_SLEEP = 30.0
 POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
 PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
-LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (it checks every second)
+LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (stop() interrupts it)
+LISTEN_WAIT = 1.0  # seconds the listener waits for notifications before looking around
 DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
 COORDINATOR, WRITER = "stator-coordinator", "stator-writer"  # names on the board
 
@@ -155,6 +157,7 @@ class Worker:
         self._db_calls: _Calls | None = None
         self._by_name = {t.name: t for t in tracked}
         self._run_until: float | None = None  # monotonic end of run_for
+        self._stop_pipe: _StopPipe | None = None  # readable once stopped (see _notes)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -163,6 +166,8 @@ class Worker:
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
+        if self._stop_pipe is not None:
+            self._stop_pipe.set()
         self._kick.set()
 
     def wake(self) -> None:
@@ -174,6 +179,9 @@ class Worker:
         began = time.monotonic()
         if self.options.run_for is not None:
             self._run_until = began + self.options.run_for
+        self._stop_pipe = _StopPipe()
+        if self._stop.is_set():
+            self._stop_pipe.set()
         self._start_threads()
         wake_key = self.store.wake_key
         _wake.subscribe(wake_key, self.wake)
@@ -191,6 +199,8 @@ class Worker:
             # The listener notices the stop within a second; waiting for it means no thread
             # of this worker touches the store (its pool, its connections) once run returns.
             listener.join(LISTENER_JOIN)
+            if not listener.is_alive():
+                self._stop_pipe.close()
             self.board.report(COORDINATOR, ThreadState.STOPPED)  # wakes whoever waits on us
         return RunSummary(
             self._counters, time.monotonic() - began, self._stop_reason, self._replaced
@@ -806,12 +816,21 @@ class Worker:
                 if not self._notify_proven:
                     self._probe(conn, tables)
                 while not self._stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
+                    for note in self._notes(conn, LISTEN_WAIT):
                         if note.payload in tables:
                             self.wake()
             finally:
                 with contextlib.suppress(Exception):
                     conn.close()
+
+    def _notes(self, conn: Any, timeout: float) -> list[Any]:
+        """The notifications that arrive within ``timeout``; a stop cuts the wait short, so
+        a stopping worker does not wait out the listener's timeout."""
+        waits = [conn.fileno()]
+        if self._stop_pipe is not None:
+            waits.append(self._stop_pipe.fileno())
+        select.select(waits, [], [], timeout)
+        return list(conn.notifies(timeout=0))
 
     def _probe(self, conn: Any, tables: set[str]) -> None:
         """Send a notification and wait for it, patiently: through a transaction-pooling
@@ -824,7 +843,7 @@ class Worker:
         started = time.monotonic()
         polling = False
         while not self._stop.is_set():
-            for note in conn.notifies(timeout=POLL_WITHOUT_NOTIFY):
+            for note in self._notes(conn, POLL_WITHOUT_NOTIFY):
                 if note.payload == token:
                     self._notify_proven = True
                     if polling:
@@ -861,6 +880,33 @@ class Worker:
                 last = version
         finally:
             conn.close()
+
+
+class _StopPipe:
+    """A pipe that becomes readable on stop: the listener's waits include it."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self._closed = False
+        # Held while writing or closing: a write after close could land in a reused fd.
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self._read
+
+    def set(self) -> None:
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(OSError):  # full: it is readable already
+                    os.set_blocking(self._write, False)
+                    os.write(self._write, b".")
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)
 
 
 class _Calls:

@@ -155,6 +155,7 @@ class _Sql(UserDefinedType[Any]):
 
 class DjangoStore(Store):
     migrate_hint = "run `manage.py migrate`"
+    autocommit_claims = False  # Django's connections: their transactions are Django's
 
     def __init__(
         self, alias: str, models: Sequence[type], options: dict[str, Any] | None = None
