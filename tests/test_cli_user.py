@@ -3,6 +3,7 @@ for every mistake, user text printed as given, and no file or row created by acc
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -12,6 +13,7 @@ import sqlite3
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -312,3 +314,20 @@ def test_run_does_not_wait_for_a_database_that_does_not_exist(app_dir, capsys):
                               url.render_as_string(hide_password=False))
     assert code == 1
     assert "does not exist" in one_error_line(err)
+
+
+# -- commands run in-process close what they opened ---------------------------------------------
+
+
+def test_a_command_run_in_process_leaves_no_connection_open(app_dir, capsys, backend):
+    """``main`` called from code (tests, an application's own scripts) must close the pooled
+    connections of the Stator it used, with ``--db`` or without: left to the garbage
+    collector, they are found open at some later, unrelated moment."""
+    app = write_app(app_dir, backend)
+    assert run_cli(capsys, "migrate", app)[0] == 0
+    assert run_cli(capsys, "status", app, "--db", backend)[0] == 0
+    sys.modules.pop(app.split(":")[0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -92,7 +92,18 @@ def load_app(app: str, db: str | None) -> Stator:
         target = target()
     if not isinstance(target, Stator):
         raise ConfigError(f"{app} is a {type(target).__name__}, not a stator.Stator")
-    return target.with_db(db) if db else target
+    stator = target.with_db(db) if db else target
+    _dispose_when_done(stator)
+    return stator
+
+
+def _dispose_when_done(stator: Stator) -> None:
+    """Close the Stator's pooled connections when the command ends.  A command run in a
+    process that goes on (tests, ``main`` called from code) would otherwise leave them to the
+    garbage collector, which finds them open at some later, unrelated moment."""
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.call_on_close(stator.dispose)
 
 
 def _import_failure(app: str, module_name: str, exc: Exception) -> str:
