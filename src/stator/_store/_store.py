@@ -347,7 +347,9 @@ class Store:
     def write_all(
         self, groups: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str = INLINE
     ) -> dict[str, set[Any]]:
-        """Apply every model's writes in one transaction; lost primary keys per model."""
+        """Apply every model's writes in one transaction (on PostgreSQL, one autocommit
+        statement when that is all they are: ``_one_statement``); lost primary keys per
+        model."""
         present = [(t, writes) for t, writes in groups if writes]
         if not present:
             return {}
