@@ -39,6 +39,9 @@ dashboard-escaping|src/stator/dashboard/_app.py|autoescape=select_autoescape(def
 extra-fence|src/stator/_store/_store.py|extras = [w for w in updates if w.extra is not None and w.pk in applied]|extras = [w for w in updates if w.extra is not None]|tests/test_write_hooks.py::test_extra_is_not_written_when_the_fence_no_longer_holds
 claim-priority|src/stator/_store/_tracked.py|order = "state_next" if priority is None else f"{priority} DESC, state_next"|order = "state_next"|tests/test_write_hooks.py::test_claims_take_the_highest_priority_first
 priority-quoting|src/stator/_store/_tracked.py|priority=None if priority is None else quote.quote(priority),|priority=priority,|tests/test_write_hooks.py::test_claims_take_the_highest_priority_first
+one-statement-kinds|src/stator/_store/_store.py|return len(kinds) == 1 and all(|return all(|tests/test_round_trips.py::test_moves_and_deletes_in_one_write_back_keep_their_transaction
+one-statement-failures|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.extra is None for w in writes)|tests/test_round_trips.py::test_a_write_back_with_a_failure_keeps_its_transaction
+one-statement-extra|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.failure is None for w in writes)|tests/test_write_hooks.py::test_extra_is_written_with_the_batched_transition
 EOF
 )
 

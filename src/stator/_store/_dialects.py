@@ -40,6 +40,11 @@ class SqlDialect:
     def notify_sql(self) -> str | None:
         return None
 
+    def with_notify(self, statement: str) -> str | None:
+        """``statement`` (returning primary keys) and a wake-up notification as one statement:
+        the keys, then one row whose key is NULL.  None where there is no NOTIFY."""
+        return None
+
     def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
         """Set per-connection behaviour the engine relies on (``timeouts``: the states'
         handler deadlines, which bound how long a transaction may legitimately sit idle)."""
@@ -85,6 +90,15 @@ class PostgresDialect(SqlDialect):
 
     def notify_sql(self) -> str | None:
         return f"SELECT pg_notify('{NOTIFY_CHANNEL}', :table)"
+
+    def with_notify(self, statement: str) -> str | None:
+        # A data-modifying CTE runs once, whoever reads it; the notification's branch is read
+        # by the UNION ALL whether or not the statement changed rows (as the separate NOTIFY
+        # did).  Delivered when the statement's implicit transaction commits.
+        return (
+            f"WITH changed AS ({statement}) SELECT * FROM changed UNION ALL "
+            f"SELECT NULL FROM (SELECT pg_notify('{NOTIFY_CHANNEL}', :table)) AS n"
+        )
 
     def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
         configure_postgres(engine, idle_transaction_limit(timeouts))

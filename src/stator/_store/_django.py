@@ -156,6 +156,7 @@ class _Sql(UserDefinedType[Any]):
 class DjangoStore(Store):
     migrate_hint = "run `manage.py migrate`"
     autocommit_claims = False  # Django's connections: their transactions are Django's
+    autocommit_writes = False
 
     def __init__(
         self, alias: str, models: Sequence[type], options: dict[str, Any] | None = None

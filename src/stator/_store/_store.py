@@ -92,6 +92,13 @@ class Store:
             return {"isolation_level": "AUTOCOMMIT"}
         return WRITE
 
+    # The same for the write-back of a batch that is one model's plain moves (or deletes): its
+    # fenced statement is atomic on its own and says which rows it refused, and the NOTIFY
+    # rides inside it when one is due, so BEGIN, the statement, the NOTIFY and COMMIT become
+    # one round trip.  Anything more (error rows, ``stator_write_extra``, several models,
+    # moves mixed with deletes) keeps its transaction; so does Django (its connections).
+    autocommit_writes = True
+
     # -- what differs between integrations (see ``_django.py`` for the other one) ---------
 
     @property
@@ -331,6 +338,8 @@ class Store:
             return set()
         if conn is not None:
             return self._write(conn, tracked, writes, worker_id)
+        if self._one_statement(writes):
+            return self._write_alone(tracked, writes)
         with self._writer, self.engine.connect().execution_options(**WRITE) as own, \
                 own.begin():
             return self._write(own, tracked, writes, worker_id)
@@ -338,12 +347,42 @@ class Store:
     def write_all(
         self, groups: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str = INLINE
     ) -> dict[str, set[Any]]:
-        """Apply every model's writes in one transaction; lost primary keys per model."""
+        """Apply every model's writes in one transaction (on PostgreSQL, one autocommit
+        statement when that is all they are: ``_one_statement``); lost primary keys per
+        model."""
+        present = [(t, writes) for t, writes in groups if writes]
+        if not present:
+            return {}
+        if len(present) == 1 and self._one_statement(present[0][1]):
+            tracked, writes = present[0]
+            return {tracked.name: self._write_alone(tracked, writes)}
         with self._writer, self.engine.connect().execution_options(**WRITE) as conn, \
                 conn.begin():
-            return {
-                t.name: self._write(conn, t, writes, worker_id) for t, writes in groups if writes
-            }
+            return {t.name: self._write(conn, t, writes, worker_id) for t, writes in present}
+
+    def _one_statement(self, writes: Sequence[Write]) -> bool:
+        """Whether these writes (one model's) are a single statement's work: all moves or all
+        deletes, none with an error row to record or ``extra`` columns to write."""
+        if not (self.autocommit_writes and self.dialect.name == "postgresql"):
+            return False
+        kinds = {w.delete for w in writes}
+        return len(kinds) == 1 and all(w.failure is None and w.extra is None for w in writes)
+
+    def _write_alone(self, tracked: TrackedModel, writes: Sequence[Write]) -> set[Any]:
+        """``writes`` (see ``_one_statement``) as one autocommit statement, the wake-up NOTIFY
+        folded in when one is due; returns the primary keys whose fence no longer held."""
+        delete = writes[0].delete
+        history = not delete and tracked.history_type is not None
+        params = {"payload": json.dumps([self._payload(w, history) for w in writes])}
+        sql = tracked.sql["delete" if delete else "write"]
+        if not delete and any(w.moved for w in writes) and self._notify_due(tracked):
+            sql = tracked.sql["write_notify"]
+            params["table"] = tracked.table.name
+        with self._writer, self.engine.connect().execution_options(
+                isolation_level="AUTOCOMMIT") as conn, conn.begin():
+            # The notification's row carries no key (NULL): primary keys never are.
+            applied = {pk for pk in conn.execute(text(sql), params).scalars() if pk is not None}
+        return {w.pk for w in writes} - applied
 
     def _write(
         self, conn: Connection, tracked: TrackedModel, writes: Sequence[Write], worker_id: str
@@ -418,11 +457,17 @@ class Store:
         per model per NOTIFY_EVERY: a busy worker picks its own moved rows up anyway, so a
         notification per batch would cost a round trip per batch for nothing."""
         notify = self.dialect.notify_sql()
+        if notify is not None and self._notify_due(tracked):
+            conn.execute(text(notify), {"table": tracked.table.name})
+
+    def _notify_due(self, tracked: TrackedModel) -> bool:
+        """Whether a NOTIFY for ``tracked`` is due (see ``_notify_moves``); if so, it is
+        counted as sent."""
         now = time.monotonic()
-        if notify is None or now - self._notified.get(tracked.name, -NOTIFY_EVERY) < NOTIFY_EVERY:
-            return
+        if now - self._notified.get(tracked.name, -NOTIFY_EVERY) < NOTIFY_EVERY:
+            return False
         self._notified[tracked.name] = now
-        conn.execute(text(notify), {"table": tracked.table.name})
+        return True
 
     def send_notification(self, payload: str) -> None:
         """A notification on the wake-up channel (the listener's check that they arrive)."""

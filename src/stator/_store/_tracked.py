@@ -129,6 +129,9 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         f"FROM {source} WHERE {table}.{pk} = v.pk AND {table}.state = v.fence_state "
         f"AND {table}.state_next = v.fence RETURNING {table}.{pk}"
     )
+    notify = d.with_notify(sql["write"])
+    if notify is not None:
+        sql["write_notify"] = notify
     if d.name == "sqlite":
         sql["write_row"] = _sqlite_write_row(t)
     sql["delete"] = (
