@@ -165,3 +165,57 @@ def test_extra_without_a_hook_is_a_handler_error(
     [error] = stator.status()["errors"]
     assert "stator_write_extra" in error["message"]
     assert results(stator, Job) == {1: ("new", None)}
+
+
+HELD: list[bool] = []
+
+
+class Leased(StateGraph):
+    new = State()
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    def check_new(cls, row: Any) -> State:
+        HELD.append(row.held_until is not None and row.held_until == row.state_next)
+        return cls.done
+
+
+def leased_model(column: str = "held_until") -> Any:
+    from stator._types import UTCDateTime
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Job(StatorMixin, Base):
+        __tablename__ = "leased_jobs"
+        state_graph = Leased
+        id: Mapped[int] = mapped_column(primary_key=True)
+        held_until: Mapped[Any] = mapped_column(UTCDateTime(), nullable=True)
+
+    Job.stator_lease_column = column  # type: ignore[attr-defined]
+    return Job
+
+
+def test_the_claim_copies_its_lease_into_the_lease_column(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    """While a handler runs, its row's lease column equals ``state_next`` (another reader can
+    tell the row is held); the write that ends the attempt moves ``state_next`` on."""
+    Job = leased_model()
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": i} for i in range(1, 4)])
+    HELD.clear()
+    stator.run_once()
+    assert HELD == [True, True, True]
+    with Session(stator.engine) as session:
+        rows = list(session.scalars(select(Job)))
+    assert all(r.state == "done" and r.held_until is not None for r in rows)
+    assert all(r.held_until != r.state_next for r in rows)
+
+
+def test_a_lease_column_that_is_not_a_column_is_refused(backend: str, clock: Any) -> None:
+    Job = leased_model("claimed_until")
+    with pytest.raises(ConfigError, match="claimed_until"):
+        Stator(backend, [Job], clock=clock)

@@ -42,6 +42,13 @@ with override_settings(TASKS=TASKS):
     def attempt_number(context: TaskContext) -> int:
         return context.attempt
 
+    @task(takes_context=True)
+    def own_status(context: TaskContext) -> str:
+        """What ``get_result`` says about this very task while it runs (another reader's
+        view: the claim that started it is committed, the attempt is not)."""
+        result = context.task_result
+        return str(result.task.get_backend().get_result(result.id).status)
+
     @task
     async def async_add(a: int, b: int) -> int:
         return a + b

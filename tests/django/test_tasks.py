@@ -98,6 +98,16 @@ def test_enqueue_run_and_result(tasks: str, clock: ManualClock) -> None:
     assert StatorTask.objects.using(tasks).get(pk=result.id).state == "successful"
 
 
+def test_a_task_reads_running_while_it_runs(tasks: str, clock: ManualClock) -> None:
+    """RUNNING is read from the row: the claim that started the task holds its lease."""
+    result = tasks_jobs.own_status.enqueue()
+    run(engine(tasks, clock))
+    done = tasks_jobs.own_status.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == "RUNNING"
+    row = StatorTask.objects.using(tasks).get(pk=result.id)
+    assert row.leased_until is not None and row.leased_until != row.state_next
+
+
 def test_rolled_back_enqueue_leaves_no_task(tasks: str) -> None:
     announced: list[Any] = []
 
@@ -131,7 +141,7 @@ def test_failures_are_retried_with_backoff_then_failed(tasks: str, clock: Manual
     stator = engine(tasks, clock)
     run(stator)
     first = tasks_jobs.fail.get_result(result.id)
-    assert first.status == TaskResultStatus.RUNNING  # waiting for its next attempt
+    assert first.status == TaskResultStatus.READY  # waiting for its next attempt
     assert [e.exception_class_path for e in first.errors] == ["builtins.ValueError"]
     row = StatorTask.objects.using(tasks).get(pk=result.id)
     assert row.state_next >= clock.now() + timedelta(seconds=9)  # backoff: 10 s, then 20 s

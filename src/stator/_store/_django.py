@@ -45,6 +45,8 @@ from ._dialects import BEGIN_OPTION, dialect_for, with_client_settings
 from ._store import WRITE, Store, writer_lock
 from ._tracked import TrackedModel
 
+# The begin mode of a claim (see ``django_engine``); SQLite claims take the write lock instead.
+AUTOCOMMIT = "autocommit"
 POOL_THREADS = 1000  # SQLAlchemy's per-thread bookkeeping only; Django owns the connections
 WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT", "CREATE", "DROP", "ALTER")
 
@@ -98,6 +100,12 @@ class _Borrowed:
     def in_django_transaction(self) -> bool:
         return bool(self._django.in_atomic_block)
 
+    def django_autocommit(self) -> bool:
+        """Whether Django left the connection in autocommit (its default, outside ``atomic``
+        and without ``AUTOCOMMIT: False``)."""
+        self._raw()
+        return bool(self._django.get_autocommit())
+
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
         return self._raw().cursor(*args, **kwargs)
 
@@ -133,6 +141,11 @@ def django_engine(alias: str) -> Engine:
         if borrowed.in_django_transaction():
             return  # a Django atomic block (a handler's, a TestCase's): join it
         mode = conn.get_execution_options().get(BEGIN_OPTION, "deferred")
+        if mode == AUTOCOMMIT and not sqlite and borrowed.django_autocommit():
+            # A claim: one statement, atomic on its own.  Outside an atomic block Django
+            # keeps psycopg in autocommit, so it runs as one round trip instead of three
+            # (BEGIN, the UPDATE, COMMIT); the commit that follows finds nothing to do.
+            return
         conn.exec_driver_sql("BEGIN IMMEDIATE" if sqlite and mode == "immediate" else "BEGIN")
 
     return engine
@@ -155,8 +168,8 @@ class _Sql(UserDefinedType[Any]):
 
 class DjangoStore(Store):
     migrate_hint = "run `manage.py migrate`"
-    autocommit_claims = False  # Django's connections: their transactions are Django's
-    autocommit_writes = False
+    autocommit_claims = False  # see claim() and django_engine(): Django's own autocommit
+    autocommit_writes = False  # Django's connections: their transactions are Django's
 
     def __init__(
         self, alias: str, models: Sequence[type], options: dict[str, Any] | None = None
@@ -235,7 +248,8 @@ class DjangoStore(Store):
         if sql is None or limit <= 0 or self.is_paused(tracked, now):
             return []
         params = self._claim_params(tracked, now, limit)
-        with self._writer, self.engine.connect().execution_options(**WRITE) as conn, \
+        options = {BEGIN_OPTION: AUTOCOMMIT} if self.dialect.name == "postgresql" else WRITE
+        with self._writer, self.engine.connect().execution_options(**options) as conn, \
                 conn.begin():
             rows = conn.execute(text(sql), params).all()
         return [self._materialise(tracked, row) for row in rows]

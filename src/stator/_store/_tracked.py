@@ -53,6 +53,12 @@ class TrackedModel:
     # The model's ``stator_write_extra(store, conn, writes)``: writes ``Write.extra`` in the
     # transaction of the fenced write, for the rows whose fence held.
     write_extra: Callable[[Any, Connection, Sequence[Any]], None] | None = None
+    # The model's ``stator_lease_column``: a column the claim sets to the lease it grants (as
+    # it sets ``state_next``), quoted.  While the two are equal the row is held by a worker;
+    # any write of the engine's moves ``state_next`` away from it.  So an application can
+    # tell a row being worked on from one merely due later (the django.tasks backend's
+    # RUNNING) without a write of its own when the handler starts.
+    lease_column: str | None = None
 
     @classmethod
     def build(cls, model: type, dialect: SqlDialect, sa_dialect: Dialect) -> TrackedModel:
@@ -87,6 +93,12 @@ class TrackedModel:
                 f"{model.__name__}.stator_claim_priority names {priority!r}, which is not a "
                 f"column of {table.name}"
             )
+        lease_column = getattr(model, "stator_lease_column", None)
+        if lease_column is not None and lease_column not in table.c:
+            raise ConfigError(
+                f"{model.__name__}.stator_lease_column names {lease_column!r}, which is not a "
+                f"column of {table.name}"
+            )
         tracked = cls(
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
@@ -96,6 +108,7 @@ class TrackedModel:
             quoted_columns=[quote.quote(c.name) for c in table.c],
             where=where, priority=None if priority is None else quote.quote(priority),
             write_extra=getattr(model, "stator_write_extra", None),
+            lease_column=None if lease_column is None else quote.quote(lease_column),
         )
         tracked.sql = _build_sql(tracked, dialect)
         return tracked
@@ -108,7 +121,9 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
     extra = f" AND ({t.where})" if t.where else ""
     if scheduled:
         returning = ", ".join(t.quoted_columns)
-        sql["claim"] = _claim_sql(table, pk, scheduled, d, returning, extra, t.priority)
+        sql["claim"] = _claim_sql(
+            table, pk, scheduled, d, returning, extra, t.priority, t.lease_column
+        )
         sql["next_due"] = " UNION ALL ".join(
             f"SELECT min(state_next) AS due FROM {table} "
             f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
@@ -160,7 +175,7 @@ def _sqlite_write_row(t: TrackedModel) -> str:
 
 def _claim_sql(
     table: str, pk: str, states: list[str], d: SqlDialect, returning: str, extra: str = "",
-    priority: str | None = None,
+    priority: str | None = None, lease_column: str | None = None,
 ) -> str:
     """One statement that leases up to :limit due rows, shared fairly between states.
 
@@ -168,6 +183,7 @@ def _claim_sql(
     interleaved round-robin (first of each state, then second of each...) so a state with a
     backlog cannot starve the others.  PostgreSQL skips rows other workers hold.  With a
     ``priority`` column, each state's rows are taken highest priority first, then oldest.
+    With a ``lease_column``, the lease is copied there too.
     """
     order = "state_next" if priority is None else f"{priority} DESC, state_next"
     picked = f", {priority}" if priority is not None else ""
@@ -178,11 +194,12 @@ def _claim_sql(
         for i, name in enumerate(states)
     )
     lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
+    copy = f", {lease_column} = CASE state {lease} END" if lease_column is not None else ""
     return (
         f"WITH due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
         f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
-        f"UPDATE {table} SET state_next = CASE state {lease} END "
+        f"UPDATE {table} SET state_next = CASE state {lease} END{copy} "
         f"WHERE {pk} IN (SELECT {pk} FROM picked) RETURNING {returning}"
     )
 

@@ -17,8 +17,6 @@ from django.utils.html import format_html, format_html_join
 
 from ._task_model import StatorTask
 
-STATUS = {"ready": "READY", "running": "RUNNING", "successful": "SUCCESSFUL", "failed": "FAILED"}
-
 
 @admin.register(StatorTask)
 class StatorTaskAdmin(admin.ModelAdmin):
@@ -40,7 +38,7 @@ class StatorTaskAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="state")
     def status(self, obj: StatorTask) -> str:
-        return STATUS.get(obj.state, obj.state)
+        return obj.status
 
     @admin.display(description="attempts")
     def attempts(self, obj: StatorTask) -> int:

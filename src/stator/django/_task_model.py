@@ -1,10 +1,17 @@
 """The row behind every ``django.tasks`` task run by Stator, and the graph it moves through.
 
 A task is an ordinary Stator row: ``ready`` (enqueued, due at ``run_after`` or at once) →
-``running`` (picked up; its handler runs the task function under a lease) → ``successful`` or
-``failed``, both deleted ``keep_results`` after they are entered.  A worker killed mid-task
-leaves its row in ``running`` with a lease that expires; the next worker runs it again, so a
-task is never stuck RUNNING.
+``successful`` or ``failed``, both deleted ``keep_results`` after they are entered.  The
+claim of a ready row is the task's start: its handler runs the task function under the
+claim's lease, and the attempt's record rides the one fenced write that moves the row on (or
+back to ``ready``, backed off, for another attempt).  So a task costs one claim and one write,
+shared with the rest of its batch, and starts as soon as it is claimed.
+
+Django's RUNNING is not a state of its own: the claim copies its lease into ``leased_until``
+(``stator_lease_column``), and a ready row whose ``state_next`` still equals it is held by a
+worker (any write of the engine's moves ``state_next`` on).  A worker killed mid-task leaves
+its row ready under a lease that expires; the next worker runs it again, so a task is never
+stuck RUNNING.  ``running`` is kept only for rows an earlier version left in it.
 
 This module imports on Django 5.2 as well (the model is part of the ``stator`` app there too);
 only running a task needs ``django.tasks`` (Django >= 6.0), and that is checked by a system
@@ -23,6 +30,7 @@ from django.core import checks
 from django.db import models
 
 from .._graph import State, StateGraph
+from .fields import StatorDateTimeField
 from .models import StatorModel
 
 BACKEND_PATH = "stator.django.tasks.StatorBackend"
@@ -67,16 +75,26 @@ RETRY_AFTER = _option("retry_after", DEFAULT_RETRY_AFTER) or DEFAULT_RETRY_AFTER
 # A task past its timeout (or whose result could not be saved) is a failure of Stator's own:
 # it backs off like any other and, after this many in a row, the task is FAILED.
 STALLS_ALLOWED = 3
+STATUS_OF_STATE = {
+    "running": "RUNNING", "successful": "SUCCESSFUL", "failed": "FAILED",
+}
 
 
 class TaskStates(StateGraph):
-    ready = State(retry_after=RETRY_AFTER)
+    ready = State(
+        retry_after=RETRY_AFTER, timeout=TIMEOUT, max_attempts=STALLS_ALLOWED,
+    )
+    # Rows an earlier version moved here before running them; nothing enters it now (the
+    # edge from ``ready`` is declared so that the graph stays valid and such rows finish).
     running = State(
         retry_after=RETRY_AFTER, timeout=TIMEOUT, max_attempts=STALLS_ALLOWED,
     )
     successful = State(delete_after=KEEP_RESULTS)
     failed = State(delete_after=KEEP_RESULTS)
 
+    ready.transitions_to(successful)
+    ready.transitions_to(failed)
+    ready.fails_to(failed)
     ready.transitions_to(running)
     running.transitions_to(successful)
     running.transitions_to(failed)
@@ -84,12 +102,12 @@ class TaskStates(StateGraph):
 
     @classmethod
     def check_ready(cls, task: StatorTask) -> State:
-        # Writes nothing, so the engine batches these moves: picking a task up costs a
-        # share of one claim and one write per hundred tasks.
-        return cls.running
+        from ._task_run import run_task
+
+        return run_task(task, cls)
 
     @classmethod
-    def check_running(cls, task: StatorTask) -> State | None:
+    def check_running(cls, task: StatorTask) -> State:
         from ._task_run import run_task
 
         return run_task(task, cls)
@@ -118,9 +136,12 @@ class StatorTask(StatorModel):
     return_value = models.JSONField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
     worker_ids = models.JSONField(default=list, blank=True)
+    # The lease of the claim that last took the row (see the module's docstring).
+    leased_until = StatorDateTimeField(null=True, blank=True, editable=False)
 
     # Due tasks are claimed by priority first (highest first), then by due time.
     stator_claim_priority = "priority"
+    stator_lease_column = "leased_until"
 
     class Meta:
         app_label = "stator"
@@ -135,6 +156,14 @@ class StatorTask(StatorModel):
 
     def __str__(self) -> str:
         return f"{self.task_path} ({self.id})"
+
+    @property
+    def status(self) -> str:
+        """Django's name for where the task is: READY, RUNNING, SUCCESSFUL or FAILED."""
+        if self.state == "ready":
+            held = self.leased_until is not None and self.leased_until == self.state_next
+            return "RUNNING" if held else "READY"
+        return STATUS_OF_STATE.get(self.state, "READY")
 
     @classmethod
     def stator_write_extra(cls, store: Any, conn: Any, writes: Sequence[Any]) -> None:

@@ -1,4 +1,5 @@
-"""Running one task: the handler of ``TaskStates.running`` (Django >= 6.0 only).
+"""Running one task: the handler of ``TaskStates.ready`` (Django >= 6.0 only), run under the
+lease of the claim that picked the task up, so a task starts as soon as it is claimed.
 
 The attempt's record (times, return value, errors) always commits with the row's transition:
 the handler leaves it on the row (``stator_extra``) and the engine writes it in its batched,

@@ -44,12 +44,6 @@ if TYPE_CHECKING:
     from ._task_model import StatorTask
 
 _INSERTS: dict[tuple[str, bool], str] = {}
-STATUS_OF_STATE = {
-    "ready": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "successful": TaskResultStatus.SUCCESSFUL,
-    "failed": TaskResultStatus.FAILED,
-}
 
 
 class StatorBackend(BaseTaskBackend):
@@ -172,7 +166,7 @@ def _database() -> str:
 def result_from_row(row: StatorTask, status: str | None = None) -> TaskResult:
     """The ``TaskResult`` a row stands for; ``status`` overrides the one its state gives."""
     task = _task(row.task_path, row.priority, row.queue_name, row.run_after, row.backend)
-    state = status or STATUS_OF_STATE.get(row.state, TaskResultStatus.READY)
+    state = status or row.status
     result = _result(
         task, row.id, TaskResultStatus(state), row.backend,
         row.args_kwargs["args"], row.args_kwargs["kwargs"],
