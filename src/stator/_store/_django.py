@@ -168,7 +168,6 @@ class _Sql(UserDefinedType[Any]):
 
 class DjangoStore(Store):
     migrate_hint = "run `manage.py migrate`"
-    autocommit_claims = False  # see claim() and django_engine(): Django's own autocommit
     autocommit_writes = False  # Django's connections: their transactions are Django's
 
     def __init__(
@@ -241,6 +240,14 @@ class DjangoStore(Store):
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
             return _schema.uninstall(conn)
 
+    @property
+    def _claim_options(self) -> dict[str, Any]:
+        """PostgreSQL: Django's own autocommit (see ``django_engine``), not SQLAlchemy's
+        isolation level: the connection is Django's, lent for the claim."""
+        if self.dialect.name == "postgresql":
+            return {BEGIN_OPTION: AUTOCOMMIT}
+        return WRITE
+
     def claim(
         self, tracked: TrackedModel, now: datetime, limit: int
     ) -> list[tuple[Any, Claimed]]:
@@ -248,9 +255,8 @@ class DjangoStore(Store):
         if sql is None or limit <= 0 or self.is_paused(tracked, now):
             return []
         params = self._claim_params(tracked, now, limit)
-        options = {BEGIN_OPTION: AUTOCOMMIT} if self.dialect.name == "postgresql" else WRITE
-        with self._writer, self.engine.connect().execution_options(**options) as conn, \
-                conn.begin():
+        with self._writer, self.engine.connect().execution_options(**self._claim_options) \
+                as conn, conn.begin():
             rows = conn.execute(text(sql), params).all()
         return [self._materialise(tracked, row) for row in rows]
 

@@ -80,15 +80,13 @@ class Store:
         self._loaders: dict[str, _Loader] = {}
         self._writer = writer_lock(self.dialect)
 
-    # A claim is one statement, atomic on its own: on PostgreSQL it runs in autocommit, one
-    # round trip instead of three (BEGIN, the UPDATE, COMMIT), which is what a claim costs
-    # on a link with latency.  (SQLite wants BEGIN IMMEDIATE; Django lends its own
-    # connections, whose transactions are Django's to manage.)
-    autocommit_claims = True
-
     @property
     def _claim_options(self) -> dict[str, Any]:
-        if self.autocommit_claims and self.dialect.name == "postgresql":
+        """A claim is one statement, atomic on its own: on PostgreSQL it runs in autocommit,
+        one round trip instead of three (BEGIN, the UPDATE, COMMIT), which is what a claim
+        costs on a link with latency.  SQLite wants BEGIN IMMEDIATE; Django's store says
+        how its lent connections do the same."""
+        if self.dialect.name == "postgresql":
             return {"isolation_level": "AUTOCOMMIT"}
         return WRITE
 
