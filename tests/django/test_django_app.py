@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import models
 from django.test.utils import isolate_apps
@@ -182,7 +183,6 @@ def test_sqlite_claims_take_the_write_lock_up_front(settings: Any, clock: Manual
     store = build_stator(models=[Order], clock=clock).store
     conn = connections["default"]
     conn.ensure_connection()
-    store.is_paused(store.tracked[0], clock.now())  # read now: a claim reads it once a second
     seen: list[str] = []
     conn.connection.set_trace_callback(seen.append)
     try:
@@ -218,6 +218,73 @@ def test_application_moves_wake_workers_on_commit(alias: str) -> None:
             cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s",
                            ["stator_notify_orders_order"])
             assert cursor.fetchone() == (1,)
+
+
+def _prepared_claims(alias: str) -> int:
+    from django.db import connections
+
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements "
+                       "WHERE statement LIKE %s", ["WITH due AS%"])
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+def test_postgres_claims_are_prepared_unless_the_project_sets_a_threshold(
+    clock: ManualClock,
+) -> None:
+    """The claim is planned once per connection, not on every call; a project that set
+    ``prepare_threshold`` (None behind a transaction-pooling PgBouncer) is obeyed."""
+    from django.db import connections
+
+    from stator.django._setup import build_stator
+
+    Order.objects.using("pg").bulk_create([Order(paid=False) for _ in range(12)])
+    store = build_stator(models=[Order], clock=clock, alias="pg").store
+    for _ in range(6):
+        assert len(store.claim(store.tracked[0], clock.now(), 1)) == 1
+    assert _prepared_claims("pg") == 1
+    conn = connections["pg"]
+    options = conn.settings_dict["OPTIONS"]
+    conn.close()
+    conn.settings_dict["OPTIONS"] = {**options, "prepare_threshold": None}
+    try:
+        store = build_stator(models=[Order], clock=clock, alias="pg").store
+        for _ in range(6):
+            assert len(store.claim(store.tracked[0], clock.now(), 1)) == 1
+        assert _prepared_claims("pg") == 0
+    finally:
+        conn.close()
+        conn.settings_dict["OPTIONS"] = options
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+def test_a_postgres_claim_on_a_lost_connection_fails_as_the_worker_expects(
+    clock: ManualClock,
+) -> None:
+    """The claim runs on Django's psycopg connection directly: its errors must still be
+    SQLAlchemy's, classed transient, and the next claim must reconnect."""
+    from django.db import connections
+    from sqlalchemy.exc import OperationalError
+
+    from stator._outage import is_transient
+    from stator.django._setup import build_stator
+
+    Order.objects.using("pg").bulk_create([Order(paid=False) for _ in range(2)])
+    store = build_stator(models=[Order], clock=clock, alias="pg").store
+    assert len(store.claim(store.tracked[0], clock.now(), 1)) == 1
+    with connections["pg"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    s = connections["pg"].settings_dict
+    with psycopg.connect(host=s["HOST"], port=s["PORT"], user=s["USER"], dbname=s["NAME"],
+                         autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(OperationalError) as caught:
+        store.claim(store.tracked[0], clock.now(), 1)
+    assert is_transient(caught.value)
+    assert len(store.claim(store.tracked[0], clock.now(), 1)) == 1  # reconnected
 
 
 @pytest.mark.django_db

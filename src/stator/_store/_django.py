@@ -31,6 +31,7 @@ from django.db import models as dj_models
 from django.db.models.expressions import RawSQL
 from django.db.utils import OperationalError as DjangoOperationalError
 from sqlalchemy import URL, Column, Engine, MetaData, Table, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import SingletonThreadPool
 from sqlalchemy.types import UserDefinedType
 
@@ -47,6 +48,7 @@ from ._tracked import TrackedModel
 
 # The begin mode of a claim (see ``django_engine``); SQLite claims take the write lock instead.
 AUTOCOMMIT = "autocommit"
+PREPARE_THRESHOLD = 5  # psycopg's default: a statement is prepared on its fifth use
 POOL_THREADS = 1000  # SQLAlchemy's per-thread bookkeeping only; Django owns the connections
 WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT", "CREATE", "DROP", "ALTER")
 
@@ -86,6 +88,12 @@ class _Borrowed:
 
     def __init__(self, alias: str) -> None:
         self._django = connections[alias]
+        # Unless the project chose a prepare threshold (``OPTIONS["prepare_threshold"]``, as
+        # behind a transaction-pooling PgBouncer), the engine's own statements run with
+        # server-side binding and psycopg's default threshold, so the fixed-shape claim and
+        # write are prepared once per connection and not planned again on every call.
+        options = self._django.settings_dict.get("OPTIONS") or {}
+        self._prepares = self._django.vendor == "postgresql" and "prepare_threshold" not in options
 
     def _raw(self) -> Any:
         django = self._django
@@ -95,6 +103,9 @@ class _Borrowed:
                 django.close()
             django.ensure_connection()
             raw = django.connection
+        if self._prepares and getattr(raw, "prepare_threshold", 0) is None:
+            # Django's own cursors bind on the client side and never prepare: only ours do.
+            raw.prepare_threshold = PREPARE_THRESHOLD
         return raw
 
     def in_django_transaction(self) -> bool:
@@ -107,7 +118,13 @@ class _Borrowed:
         return bool(self._django.get_autocommit())
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
-        return self._raw().cursor(*args, **kwargs)
+        raw = self._raw()
+        if self._prepares and not args and not kwargs:
+            import psycopg  # Django's PostgreSQL backend runs on it (or on psycopg2)
+
+            if isinstance(raw, psycopg.Connection):
+                return psycopg.Cursor(raw)  # server-side binding: preparable (see __init__)
+        return raw.cursor(*args, **kwargs)
 
     def commit(self) -> None:
         if not self.in_django_transaction():
@@ -184,6 +201,7 @@ class DjangoStore(Store):
         self._writer = writer_lock(self.dialect)
         self.tracked = [self._track(m) for m in models]
         self._converters: dict[str, list[list[Callable[..., Any]]]] = {}
+        self._driver_sql: dict[str, str] = {}  # claim statements in psycopg's paramstyle
 
     def _track(self, model: Any) -> TrackedModel:
         opts = model._meta
@@ -252,13 +270,47 @@ class DjangoStore(Store):
         self, tracked: TrackedModel, now: datetime, limit: int
     ) -> list[tuple[Any, Claimed]]:
         sql = tracked.sql.get("claim")
-        if sql is None or limit <= 0 or self.is_paused(tracked, now):
+        if sql is None or limit <= 0:
             return []
         params = self._claim_params(tracked, now, limit)
-        with self._writer, self.engine.connect().execution_options(**self._claim_options) \
-                as conn, conn.begin():
-            rows = conn.execute(text(sql), params).all()
+        rows = self._claim_on_psycopg(tracked, sql, params)
+        if rows is None:
+            with self._writer, self.engine.connect().execution_options(
+                **self._claim_options
+            ) as conn, conn.begin():
+                rows = conn.execute(text(sql), params).all()
         return [self._materialise(tracked, row) for row in rows]
+
+    def _claim_on_psycopg(
+        self, tracked: TrackedModel, sql: str, params: dict[str, Any]
+    ) -> Sequence[Sequence[Any]] | None:
+        """PostgreSQL in Django's autocommit: the claim, one statement, straight on Django's
+        psycopg connection; None where it must go through SQLAlchemy (SQLite, psycopg2, a
+        Django transaction to join).  The same SQL and parameters, only less Python between
+        a wake-up and the handler: an idle worker's pickup latency is mostly the claim's.
+        Errors are raised as SQLAlchemy's, as the worker's retry policy expects."""
+        django = connections[self.alias]
+        if self.dialect.name != "postgresql" or django.in_atomic_block:
+            return None
+        borrowed = _Borrowed(self.alias)
+        raw = borrowed._raw()
+        import psycopg
+
+        if not isinstance(raw, psycopg.Connection) or not django.get_autocommit():
+            return None
+        statement = self._driver_sql.get(tracked.name)
+        if statement is None:
+            compiled = text(sql).compile(dialect=self.engine.dialect)
+            statement = self._driver_sql[tracked.name] = str(compiled)
+        cursor = borrowed.cursor()
+        try:
+            return list(cursor.execute(statement, params).fetchall())
+        except psycopg.Error as exc:
+            raise DBAPIError.instance(
+                statement, params, exc, psycopg.Error, connection_invalidated=raw.broken,
+            ) from exc
+        finally:
+            cursor.close()
 
     def _materialise(self, tracked: TrackedModel, row: Sequence[Any]) -> tuple[Any, Claimed]:
         """A model instance as a queryset would build it, and the engine's view of the claim

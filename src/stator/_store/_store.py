@@ -58,14 +58,10 @@ NOTIFY_EVERY = 0.1  # seconds
 SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
 INLINE = "inline"  # the writer of failures recorded outside a worker (run_once)
-PAUSE_RECHECK = timedelta(seconds=1)  # how stale the list of paused models may be
 
 
 class Store:
     migrate_hint = MIGRATE_HINT
-    # Class-level starting values: the Django store builds itself without __init__.
-    _paused: frozenset[str] = frozenset()  # models the dashboard paused, as last read
-    _paused_read: datetime | None = None  # when stator_paused was last read
 
     def __init__(self, engine: Engine, models: Sequence[type]) -> None:
         self.engine = engine
@@ -284,7 +280,7 @@ class Store:
     ) -> list[tuple[Any, Claimed]]:
         """Lease up to ``limit`` due rows; returns (ORM object, claim) pairs, objects detached."""
         sql = tracked.sql.get("claim")
-        if sql is None or limit <= 0 or self.is_paused(tracked, now):
+        if sql is None or limit <= 0:
             return []
         params = self._claim_params(tracked, now, limit)
         loader = self._loaders.get(tracked.name)
@@ -308,17 +304,6 @@ class Store:
             session.commit()
             session.expunge_all()
         return [(obj, _claimed(obj, tracked)) for obj in objects]
-
-    def is_paused(self, tracked: TrackedModel, now: datetime) -> bool:
-        """Whether the dashboard paused ``tracked``: read at most once per PAUSE_RECHECK, so
-        a busy worker pays one small query a second for it, not one per claim."""
-        read = self._paused_read
-        if read is None or not read <= now < read + PAUSE_RECHECK:
-            with self.engine.connect() as conn:
-                self._paused = _dashboard.paused_models(conn)
-                conn.rollback()
-            self._paused_read = now
-        return tracked.name in self._paused
 
     def _claim_params(self, tracked: TrackedModel, now: datetime, limit: int) -> dict[str, Any]:
         params: dict[str, Any] = {"now": self.dialect.ts(now), "limit": limit}
@@ -510,11 +495,6 @@ class Store:
             for t in tracked:
                 sql = t.sql.get("next_due")
                 if sql is None:
-                    continue
-                if t.name in self._paused and self._paused_read is not None:
-                    # Paused: look again once the pause may have been lifted, not before.
-                    again = self._paused_read + PAUSE_RECHECK
-                    earliest = again if earliest is None else min(earliest, again)
                     continue
                 for (value,) in conn.execute(text(f"SELECT min(due) FROM ({sql}) AS d")):
                     due = self._datetime.process_result_value(value, conn.dialect)

@@ -119,6 +119,10 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
     scheduled = [s.name for s in t.graph.scheduled_states()]
     sql: dict[str, str] = {}
     extra = f" AND ({t.where})" if t.where else ""
+    # Not while the dashboard has the model paused: the claim reads the pause itself (a
+    # one-time filter on a table of a few rows), so pausing costs no query of its own and a
+    # pause holds from the next claim on.
+    extra += f" AND NOT EXISTS (SELECT 1 FROM stator_paused WHERE model = {_literal(t.name)})"
     if scheduled:
         returning = ", ".join(t.quoted_columns)
         sql["claim"] = _claim_sql(
@@ -154,6 +158,11 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
     )
     return sql
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (a table name, written into a statement built once)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _sqlite_write_row(t: TrackedModel) -> str:
