@@ -12,7 +12,6 @@ loop's is the headline figure (``engine_vs_limit`` on the ``minimal`` line).
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -88,7 +87,7 @@ def drive(engine: Engine, batch: int) -> LoopStats:
     pk, state, fence = columns.index(tracked.pk), columns.index("state"), columns.index(
         "state_next"
     )
-    ts, ts_json = store.dialect.ts, store.dialect.ts_json
+    ts, ts_batch = store.dialect.ts, store.dialect.ts_batch
     sqlite = engine.dialect.name == "sqlite"
     stats = LoopStats()
     raw = engine.raw_connection()
@@ -106,18 +105,18 @@ def drive(engine: Engine, batch: int) -> LoopStats:
             if not claimed:
                 break
             stats.claims += 1
-            changed, iso = ts_json(now), now.isoformat()
-            payload = json.dumps([
+            changed, iso = ts_batch(now), now.isoformat()
+            params = store.dialect.batch_params([
                 {
                     "pk": row[pk], "fence_state": row[state],
-                    "fence": row[fence] if sqlite else row[fence].isoformat(),
+                    "fence": row[fence] if sqlite else ts_batch(row[fence]),
                     "state": NEXT_STATE[row[state]], "changed": changed,
                     "next": None if NEXT_STATE[row[state]] == "done" else changed,
                     "attempts": 0, "moved": True, "changed_iso": iso,
                 }
                 for row in claimed
             ])
-            applied = _transaction(raw, cursor, sqlite, write, {"payload": payload})
+            applied = _transaction(raw, cursor, sqlite, write, params)
             stats.write_seconds += time.perf_counter() - t1
             stats.transitions += len(applied)
         stats.seconds = time.perf_counter() - began

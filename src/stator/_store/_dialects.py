@@ -6,6 +6,7 @@ these pieces are shared (``_tracked.py``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -31,8 +32,19 @@ class SqlDialect:
             return None
         return (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
 
+    def ts_batch(self, value: datetime | None) -> Any:
+        """A timestamp in a batch of writes (see ``batch_params``)."""
+        return self.ts_json(value)
+
     def payload_source(self, columns: list[tuple[str, str]]) -> str:
         raise NotImplementedError
+
+    def batch_source(self, columns: list[tuple[str, str]]) -> str:
+        """The rows of a batch of writes as a table ``v``; bound by ``batch_params``."""
+        return self.payload_source(columns)
+
+    def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"payload": json.dumps(records)}
 
     def history_append(self, table: str, history_type: str) -> str:
         raise NotImplementedError
@@ -80,6 +92,21 @@ class PostgresDialect(SqlDialect):
     def payload_source(self, columns: list[tuple[str, str]]) -> str:
         spec = ", ".join(f"{name} {sqltype}" for name, sqltype in columns)
         return f"json_to_recordset(CAST(:payload AS json)) AS v({spec})"
+
+    def ts_batch(self, value: datetime | None) -> Any:
+        return value  # an array element, adapted by the driver
+
+    def batch_source(self, columns: list[tuple[str, str]]) -> str:
+        # One typed array per column, unnested side by side: psycopg sends the arrays
+        # (in binary where it can) and the server reads them without parsing any JSON.
+        arrays = ", ".join(f"CAST(:b_{name} AS {sqltype}[])" for name, sqltype in columns)
+        names = ", ".join(name for name, _ in columns)
+        return f"unnest({arrays}) AS v({names})"
+
+    def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        if not records:
+            return {}
+        return {f"b_{name}": [r[name] for r in records] for name in records[0]}
 
     def history_append(self, table: str, history_type: str) -> str:
         return (

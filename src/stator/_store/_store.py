@@ -356,7 +356,7 @@ class Store:
         folded in when one is due; returns the primary keys whose fence no longer held."""
         delete = writes[0].delete
         history = not delete and tracked.history_type is not None
-        params = {"payload": json.dumps([self._payload(w, history) for w in writes])}
+        params = self.dialect.batch_params([self._payload(w, history) for w in writes])
         sql = tracked.sql["delete" if delete else "write"]
         if not delete and any(w.moved for w in writes) and self._notify_due(tracked):
             sql = tracked.sql["write_notify"]
@@ -379,15 +379,11 @@ class Store:
                 applied.update(self._write_rows(raw, tracked, updates))
             else:
                 history = tracked.history_type is not None
-                payload = json.dumps([self._payload(w, history) for w in updates])
-                applied.update(
-                    conn.execute(text(tracked.sql["write"]), {"payload": payload}).scalars()
-                )
+                params = self.dialect.batch_params([self._payload(w, history) for w in updates])
+                applied.update(conn.execute(text(tracked.sql["write"]), params).scalars())
         if deletes:
-            payload = json.dumps([self._payload(w) for w in deletes])
-            applied.update(
-                conn.execute(text(tracked.sql["delete"]), {"payload": payload}).scalars()
-            )
+            params = self.dialect.batch_params([self._payload(w) for w in deletes])
+            applied.update(conn.execute(text(tracked.sql["delete"]), params).scalars())
         extras = [w for w in updates if w.extra is not None and w.pk in applied]
         if extras:
             if tracked.write_extra is None:
@@ -461,10 +457,10 @@ class Store:
                 conn.commit()
 
     def _payload(self, w: Write, history: bool = True) -> dict[str, Any]:
-        """One write as the statement's JSON record.  ``history``: the table keeps
+        """One write as a record of the statement's batch.  ``history``: the table keeps
         ``state_history`` (only then is ``changed_iso`` read; formatting it for nothing
         cost a tenth of the write's Python time)."""
-        ts = self.dialect.ts_json
+        ts = self.dialect.ts_batch
         changed = w.state_changed
         return {
             "pk": w.pk, "fence_state": w.fence_state, "fence": ts(w.fence), "state": w.state,

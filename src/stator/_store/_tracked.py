@@ -134,7 +134,7 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
             for name in scheduled
         )
     columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
-    source = d.payload_source(columns)
+    source = d.batch_source(columns)
     history = ""
     if t.history_type is not None:
         append = d.history_append(table, t.history_type)
