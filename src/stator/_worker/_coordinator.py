@@ -37,6 +37,11 @@ COORDINATOR = "stator-coordinator"  # its name on the board
 
 
 class Worker:
+    """One worker: ``run`` it in a thread of yours, ``stop`` it from any other.  The parts
+    it owns talk to it through narrow interfaces: the handler pool (``dispatch``,
+    ``finished``, ``tend``), the writer (``add``, ``flush``, ``collect_written``), the
+    listener (which calls ``wake``) and the housekeeper (``tick``, ``final``)."""
+
     def __init__(
         self, store: Store, clock: Clock, tracked: Sequence[TrackedModel], options: WorkerOptions
     ) -> None:
