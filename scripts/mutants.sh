@@ -23,8 +23,8 @@ trap 'rm -rf "$SCRATCH"' EXIT
 MUTANTS=$(cat <<'EOF'
 skip-locked|src/stator/_store/_dialects.py|skip_locked = " FOR UPDATE SKIP LOCKED"|skip_locked = ""|tests/test_safety_lines.py::test_a_claim_skips_rows_another_transaction_holds
 lease-left|src/stator/_execute.py|write = _policy.release(task.claimed, now)  # not enough lease left to start|pass|tests/test_safety_lines.py::test_a_row_without_lease_left_for_its_deadline_is_handed_back_unstarted
-wake-ups|src/stator/_worker.py|self._maybe_due = True\n        self._kick.set()\n\n    def run(|return\n\n    def run(|tests/test_safety_lines.py::test_an_idle_worker_is_woken_by_new_work
-hand-back|src/stator/_worker.py|self._hand_back_unstarted()|pass|tests/test_safety_lines.py::test_a_graceful_stop_hands_unstarted_rows_back_at_once
+wake-ups|src/stator/_worker/_coordinator.py|self._maybe_due = True\n        self._signals.kick.set()\n\n    def run(|return\n\n    def run(|tests/test_safety_lines.py::test_an_idle_worker_is_woken_by_new_work
+hand-back|src/stator/_worker/_coordinator.py|self._handlers.hand_back_unstarted()|pass|tests/test_safety_lines.py::test_a_graceful_stop_hands_unstarted_rows_back_at_once
 delete-fence|src/stator/_store/_tracked.py|WHERE ({pk}, state, state_next) IN "\n        f"(SELECT v.pk, v.fence_state, v.fence FROM|WHERE ({pk}, state) IN "\n        f"(SELECT v.pk, v.fence_state FROM|tests/test_safety_lines.py::test_a_delete_under_an_expired_lease_is_refused
 write-fence|src/stator/_store/_tracked.py|f"AND {table}.state_next = v.fence RETURNING|f"RETURNING|tests/test_safety_lines.py::test_a_write_under_an_expired_lease_is_refused
 sqlite-write-fence|src/stator/_store/_tracked.py|AND state = ?6 AND state_next = ?7"|AND state = ?6 AND ?7 IS NOT NULL"|tests/test_safety_lines.py::test_a_write_under_an_expired_lease_is_refused

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from stator import State, StateGraph, SystemClock
-from stator import _worker as worker_module
 from stator._store import NOTIFY_CHANNEL
+from stator._worker import _wakeups
 from test_worker import running, wait_until
 
 
@@ -29,8 +29,8 @@ def test_a_late_probe_notification_ends_polling(
 ) -> None:
     if not backend.startswith("postgresql"):
         pytest.skip("notifications are PostgreSQL's")
-    monkeypatch.setattr(worker_module, "PROBE_TIMEOUT", 0.3)
-    monkeypatch.setattr(worker_module, "POLL_WITHOUT_NOTIFY", 0.1)
+    monkeypatch.setattr(_wakeups, "PROBE_TIMEOUT", 0.3)
+    monkeypatch.setattr(_wakeups, "POLL_WITHOUT_NOTIFY", 0.1)
     m = build_models(Idle)
     stator = make_stator(backend, [m.Order], SystemClock())
     worker = stator.worker()
@@ -61,9 +61,9 @@ def test_a_late_probe_notification_ends_polling(
 
     with running(worker):
         wait_until(lambda: "listen_polling" in actions(), "the worker to fall back to polling")
-        assert not worker._notify_proven
+        assert not worker._listener.notify_proven
         release.set()
-        wait_until(lambda: worker._notify_proven, "the late notification to be noticed")
+        wait_until(lambda: worker._listener.notify_proven, "the late notification to be noticed")
         wait_until(lambda: "listen_notified" in actions(), "the worker to say so")
     for thread in [*senders, *threading.enumerate()]:  # every connection closed before the
         if thread is senders[0] or thread.name == "stator-listener":  # test's engine goes

@@ -174,7 +174,8 @@ def test_a_graceful_stop_hands_unstarted_rows_back_at_once(backend, build_models
     insert(stator, models.Order, 1, 2, 3, 4, 5)
     worker = stator.worker(concurrency=1)
     # As if handlers had been timed already: claim a batch, not one row per free thread.
-    worker._measured, worker._avg_duration = worker.options.concurrency, 0.001
+    timing = worker._handlers.timing
+    timing.measured, timing.average = worker.options.concurrency, 0.001
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:

@@ -16,8 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from stator import State, StateGraph, SystemClock, _policy
-from stator._policy import Failed
+from stator import State, StateGraph, SystemClock
 from stator._worker import RunSummary, Worker
 
 released = threading.Event()
@@ -133,36 +132,3 @@ def test_until_idle_counts_what_it_did(backend, build_models, make_stator):
     summary = stator.run(until_idle=True, idle_window=0.2)
     assert (summary.reason, summary.processed, summary.transitions) == ("idle", 50, 50)
     assert stator.status()["workers"] == []  # a clean exit removes the heartbeat row
-
-
-def test_a_stale_result_waiting_beside_a_newer_one_is_left_out(
-    backend, clock, build_models, make_stator
-):
-    """A row claimed again (its lease ran out) while the result of its earlier claim still
-    waited to be written: only the newer result is written, so a failure is recorded once,
-    and the stale one is counted as lost."""
-    models = build_models(DiesOnce)
-    stator = make_stator(backend, [models.Order], clock)
-    with Session(stator.engine) as session:
-        session.add(models.Order(id=1, note="fine"))
-        session.commit()
-    (tracked,) = stator.store.tracked
-    state = tracked.graph.states["new"]
-    ((_obj, first),) = stator.store.claim(tracked, clock.now(), 1)
-    clock.advance(state.lease + 1)
-    ((_obj, second),) = stator.store.claim(tracked, clock.now(), 1)
-    results = [
-        _policy.after_run(tracked.graph, claim, Failed("error", message), clock.now())
-        for claim, message in ((first, "stale"), (second, "current"))
-    ]
-    worker = stator.worker()
-    worker._pending = {tracked.name: results}
-    worker._pending_since = time.monotonic()
-
-    worker._flush()
-    batch = worker._to_write.get_nowait()
-    assert batch is not None
-    assert stator.store.write_all(batch) == {tracked.name: set()}
-
-    assert [e["message"] for e in stator.status()["errors"]] == ["current"]
-    assert worker._period[tracked.name].lost == 1

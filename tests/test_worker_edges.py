@@ -51,7 +51,7 @@ def test_run_for_never_sleeps_past_its_end(backend, build_models, make_stator):
     models = build_models(Idle)
     stator = make_stator(backend, [models.Order], SystemClock())
     worker = stator.worker(run_for=0.3)
-    kick = worker._kick = RecordingEvent()
+    kick = worker._signals.kick = RecordingEvent()
     summary = worker.run()
     assert summary.reason == "run-for elapsed"
     waits = [t for t in kick.timeouts if t is not None]
@@ -245,7 +245,7 @@ def test_a_dying_listener_is_restarted_closes_its_connection_and_warns(
     worker = stator.worker()
     starts: list[Any] = []
     if backend.startswith("sqlite"):
-        real_poll = worker._poll_sqlite
+        real_poll = worker._listener._poll_sqlite
 
         def poll() -> None:
             starts.append(None)
@@ -253,7 +253,7 @@ def test_a_dying_listener_is_restarted_closes_its_connection_and_warns(
                 raise RuntimeError("the listening connection broke")
             real_poll()
 
-        monkeypatch.setattr(worker, "_poll_sqlite", poll)
+        monkeypatch.setattr(worker._listener, "_poll_sqlite", poll)
     else:
         real_connect = worker.store.listen_connection
 
@@ -290,10 +290,10 @@ def test_run_returns_only_once_the_listener_has_ended(backend, build_models, mak
 def test_a_stop_cuts_the_listeners_wait_short(backend, build_models, make_stator, monkeypatch):
     """The listener waits for notifications in long stretches (nothing busy-polls); a stop
     must end that wait, or every ``run`` would end one stretch late (here: two minutes)."""
-    from stator import _worker as worker_module
+    from stator._worker import _wakeups
 
-    monkeypatch.setattr(worker_module, "LISTEN_WAIT", 120.0)
-    monkeypatch.setattr(worker_module, "LISTENER_JOIN", 120.0)
+    monkeypatch.setattr(_wakeups, "LISTEN_WAIT", 120.0)
+    monkeypatch.setattr(_wakeups, "LISTENER_JOIN", 120.0)
     models = build_models(Idle)
     stator = make_stator(backend, [models.Order], SystemClock())
     worker = stator.worker(run_for=0.3)

@@ -1,0 +1,48 @@
+"""A worker process's runtime, in its parts:
+
+- ``_coordinator``: the public ``Worker`` and its claim/dispatch loop, which owns the rest;
+- ``_handlers``: the handler executor (handler threads, the event loop for async handlers,
+  deadlines, replacing threads that hang or die);
+- ``_writer``: batched, fenced write-back on a writer thread of its own;
+- ``_wakeups``: the wake-up listener (LISTEN/NOTIFY on PostgreSQL, ``data_version`` on SQLite);
+- ``_housekeeping``: heartbeat, stats periods, the last words of a run;
+- ``_calls``: the thread the coordinator's database steps run on;
+- ``_state``: what the parts share (options, the events every thread watches, the counts).
+
+The constants below are re-exported for reading; a test that changes one patches the module
+that reads it (``stator._worker._wakeups.LISTEN_WAIT``, say), not this package.
+"""
+
+from ._coordinator import COORDINATOR, MAX_SLEEP, Worker
+from ._handlers import DEATH_WINDOW
+from ._housekeeping import HEARTBEAT_EVERY, KEEP_HISTORY, STATS_EVERY
+from ._state import ModelCounters, RunSummary, WorkerOptions
+from ._wakeups import (
+    LISTEN_WAIT,
+    LISTENER_JOIN,
+    POLL_WITHOUT_NOTIFY,
+    PROBE_TIMEOUT,
+    SQLITE_POLL,
+)
+from ._writer import FLUSH_DELAY, WRITER, WriteBatch
+
+__all__ = [
+    "COORDINATOR",
+    "DEATH_WINDOW",
+    "FLUSH_DELAY",
+    "HEARTBEAT_EVERY",
+    "KEEP_HISTORY",
+    "LISTENER_JOIN",
+    "LISTEN_WAIT",
+    "MAX_SLEEP",
+    "POLL_WITHOUT_NOTIFY",
+    "PROBE_TIMEOUT",
+    "SQLITE_POLL",
+    "STATS_EVERY",
+    "WRITER",
+    "ModelCounters",
+    "RunSummary",
+    "Worker",
+    "WorkerOptions",
+    "WriteBatch",
+]

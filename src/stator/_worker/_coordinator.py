@@ -1,0 +1,347 @@
+"""The coordinator: the public ``Worker``, whose ``run`` claims batches, hands rows to the
+handler executor, collects their results for the writer, and sleeps in between.
+
+It sleeps until the earliest of: a row falling due, a running handler's deadline, a batch of
+results to write, housekeeping, or a wake-up (LISTEN/NOTIFY on PostgreSQL, a
+``PRAGMA data_version`` change on SQLite, an in-process commit).  Nothing spins.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import wait
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import DBAPIError
+
+from .. import _metrics, _wake
+from .._board import Board, ThreadState
+from .._broken import Broken, DatabaseUnusable, first_line, is_incurable
+from .._clock import Clock
+from .._execute import Executor
+from .._failure_log import FailureLog
+from .._outage import Outage, is_transient
+from .._store import Store, TrackedModel
+from ._calls import Calls
+from ._handlers import HandlerPool
+from ._housekeeping import HEARTBEAT_EVERY, Housekeeper
+from ._state import RunSummary, Signals, Tally, WorkerOptions
+from ._wakeups import Listener
+from ._writer import FLUSH_DELAY, Writer
+
+MAX_SLEEP = 30.0
+COORDINATOR = "stator-coordinator"  # its name on the board
+
+
+class Worker:
+    """One worker: ``run`` it in a thread of yours, ``stop`` it from any other.  The parts
+    it owns talk to it through narrow interfaces: the handler pool (``dispatch``,
+    ``finished``, ``tend``), the writer (``add``, ``flush``, ``collect_written``), the
+    listener (which calls ``wake``) and the housekeeper (``tick``, ``final``)."""
+
+    def __init__(
+        self, store: Store, clock: Clock, tracked: Sequence[TrackedModel], options: WorkerOptions
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.tracked = list(tracked)
+        self.options = options
+        self.id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.executor = Executor(store, clock, self.id)
+        self.board = Board()
+        self._signals = Signals()
+        self._stop_reason = ""  # written by the first stop(), before the stop event is set
+        self._tally = Tally([t.name for t in self.tracked], clock.now())
+        self._handlers = HandlerPool(
+            self.executor, clock, self.board, self._signals, options, store.thread_done,
+            with_loop=any(
+                s.handler_is_async for t in self.tracked for s in t.graph.states.values()
+            ),
+        )
+        self._writer = Writer(
+            store, self.board, self._signals, self._tally, self.tracked, options, self.id,
+            handlers_idle=lambda: self._handlers.queued == 0 and not self._in_flight(),
+        )
+        self._listener = Listener(
+            store, self._signals, self.wake, {t.name for t in self.tracked},
+            options.listen_url, self.id,
+        )
+        self._housekeeper = Housekeeper(
+            store, clock, self.board, self._tally, self.tracked, options, self.id,
+            self._healthy,
+        )
+        # The coordinator's own state.  Its database steps run on the stator-db-calls thread
+        # while it waits for them (``_guarded``), so they count as the coordinator's too.
+        self._maybe_due = True  # set by any thread (wake), cleared by the coordinator only
+        self._next_due: datetime | None = None
+        self._rr = 0
+        self._outage = Outage("worker")
+        self._failures = FailureLog()
+        self._broken = Broken()
+        self._db_retry_at = 0.0  # no database step before this (monotonic): backing off
+        self._db_calls: Calls | None = None
+        self._run_until: float | None = None  # monotonic end of run_for
+
+    # -- public ----------------------------------------------------------------------------
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask for a graceful stop: claim nothing more, hand back unstarted rows, finish."""
+        if not self._signals.stop.is_set():
+            self._stop_reason = reason
+            self._signals.stop.set()
+        self._listener.interrupt()
+        self._signals.kick.set()
+
+    def wake(self) -> None:
+        self._maybe_due = True
+        self._signals.kick.set()
+
+    def run(self) -> RunSummary:
+        """Run in the calling thread until stopped, idle (``until_idle``) or out of time."""
+        began = time.monotonic()
+        if self.options.run_for is not None:
+            self._run_until = began + self.options.run_for
+        self._writer.start()
+        self._handlers.start()
+        wake_key = self.store.wake_key
+        _wake.subscribe(wake_key, self.wake)
+        self._listener.start()
+        try:
+            self._coordinate(began)
+        finally:
+            _wake.unsubscribe(wake_key, self.wake)
+            if self._db_calls is not None:
+                self._db_calls.close()
+            self._signals.stop.set()
+            self._writer.stop()
+            self._handlers.stop()
+            self._housekeeper.final()
+            self._listener.join()
+            self.board.report(COORDINATOR, ThreadState.STOPPED)  # wakes whoever waits on us
+        return RunSummary(
+            self._tally.totals, time.monotonic() - began, self._stop_reason,
+            self._handlers.replaced,
+        )
+
+    # -- the coordinator loop --------------------------------------------------------------
+
+    def _coordinate(self, began: float) -> None:
+        kick, stop, writer = self._signals.kick, self._signals.stop, self._writer
+        while True:
+            kick.clear()
+            self._collect()
+            self._tend()
+            self._collect_written()
+            self._housekeeper.tick(self._guarded)
+            if writer.pending and writer.flush_due():
+                writer.flush()
+            if stop.is_set():
+                self._handlers.hand_back_unstarted()
+                if not self._in_flight():
+                    self._collect()
+                    writer.flush()
+                    if not writer.pending and not writer.in_flight:
+                        return
+            else:
+                if self.options.run_for is not None and (
+                    time.monotonic() - began >= self.options.run_for
+                ):
+                    self.stop("run-for elapsed")
+                    continue
+                if self._maybe_due and self._room() > 0:
+                    self.board.report(COORDINATOR, ThreadState.CLAIMING, notify=False)
+                    if self._guarded(self._claim, "claiming"):
+                        continue
+                if (self.options.until_idle and self._quiet()
+                        and self._guarded(self._idle, "finding due rows")):
+                    self.stop("idle")
+                    continue
+            self.board.report(COORDINATOR, ThreadState.WAITING, notify=False)
+            kick.wait(self._sleep_time())
+
+    def _guarded(self, action: Callable[[], bool | None], what: str = "the database") -> bool:
+        """Run a database step; a transient database error is retried later, with backoff;
+        one that waiting cannot cure marks ``what`` broken (or ends an until-idle run).
+
+        The step runs on a thread of its own while this one goes on enforcing deadlines and
+        passing results to the writer: a call can hang for as long as the network takes to
+        be declared dead (the client settings in ``_dialects``), and the handlers' deadlines
+        must not wait for it.  Backing off does not sleep here either, for the same reason.
+        """
+        if time.monotonic() < self._db_retry_at:
+            return False
+        if self._db_calls is None:
+            self._db_calls = Calls(self.store.thread_done)
+        future = self._db_calls.submit(action)
+        while not wait([future], timeout=self._deadline_wait()).done:
+            self._tend()
+            self._collect_written()
+            if self._writer.pending and self._writer.flush_due():
+                self._writer.flush()
+        try:
+            result = future.result()
+        except DBAPIError as exc:
+            _metrics.db_error()
+            if is_incurable(exc):
+                self._unusable(what, exc)
+                return False
+            if not is_transient(exc):
+                raise
+            self._db_retry_at = time.monotonic() + self._outage.failed(exc)
+            return False
+        self._outage.recovered()
+        self._broken.healed(what)
+        return bool(result)
+
+    def _unusable(self, what: str, exc: BaseException) -> None:
+        if self.options.until_idle:
+            raise DatabaseUnusable(
+                f"{what}: {first_line(exc)} (waiting will not fix this: check the database's "
+                "permissions, that it is writable, and that `stator migrate` was run)"
+            ) from exc
+        self._broken.mark(what, exc)
+
+    def _healthy(self) -> list[TrackedModel]:
+        return [t for t in self.tracked if not self._broken.is_broken(t.name)]
+
+    def _deadline_wait(self) -> float:
+        """Seconds until the nearest running handler's deadline (at most one)."""
+        deadline = self._handlers.nearest_deadline()
+        if deadline is None:
+            return 1.0
+        return min(max(deadline - time.monotonic(), 0.005), 1.0)
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def _target_backlog(self) -> int:
+        """How many unstarted rows to hold: enough to keep threads busy, few enough that they
+        all start well within their lease (rows held too long would expire unstarted)."""
+        conc = self.options.concurrency
+        timing = self._handlers.timing
+        if timing.measured < conc:
+            return conc  # until handlers have been timed, claim no more than can start
+        budget = min(s.timeout for t in self.tracked for s in t.graph.states.values())
+        wanted = int(conc * budget / max(timing.average, 1e-4))
+        return max(conc, min(self.options.batch_size, wanted))
+
+    def _room(self) -> int:
+        backlog = self._handlers.backlog
+        target = self._target_backlog()
+        return target - backlog if backlog <= target // 2 else 0
+
+    def _claim(self) -> bool:
+        room = self._room()
+        now = self.clock.now()
+        order = self.tracked[self._rr:] + self.tracked[: self._rr]
+        self._rr = (self._rr + 1) % max(len(self.tracked), 1)
+        got = 0
+        share = max(room // max(len(order), 1), 1)
+        for tracked in order:
+            if self._broken.skip(tracked.name):
+                continue
+            try:
+                rows = self.store.claim(tracked, now, min(share, room - got))
+            except DBAPIError as exc:
+                if not is_incurable(exc):
+                    raise
+                self._unusable(tracked.name, exc)
+                continue
+            self._broken.healed(tracked.name)
+            _metrics.claimed(len(rows))
+            self._handlers.dispatch(
+                [self.executor.prepare(tracked, obj, claimed) for obj, claimed in rows]
+            )
+            got += len(rows)
+            if got >= room:
+                break
+        if not got:
+            self._maybe_due = False
+            self._next_due = self.store.next_due(self._healthy())
+        return got > 0
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        """Take the handlers' results: count them, log failures, pass writes to the writer."""
+        period = self._tally.period
+        for task in self._handlers.finished():
+            counters = period[task.tracked.name]
+            write = task.write
+            if task.lost:
+                counters.lost += 1
+                _metrics.lease_lost()
+            elif task.committed is not None:
+                counters.processed += 1
+                counters.transitions += task.committed.moved
+                _metrics.written(self.id, task.tracked.name, (task.committed,), ())
+                self._maybe_due = True  # it may have added or moved rows that are due now
+            if write is not None and write.failure is not None and not task.abandoned:
+                self._failures.failed(task.tracked.name, task.claimed.pk, task.claimed.state,
+                                      write.attempt, write.failure)  # abandoned: logged already
+            if write is not None:
+                self._writer.add(task.tracked.name, write)
+
+    def _tend(self) -> None:
+        """Enforce handlers' deadlines (their results are collected at once)."""
+        self._handlers.tend()
+        self._collect()
+
+    def _collect_written(self) -> None:
+        if self._writer.collect_written():
+            self._maybe_due = True
+
+    def _in_flight(self) -> bool:
+        return self.board.outstanding() > 0
+
+    def _quiet(self) -> bool:
+        return (
+            not self._in_flight() and not self._writer.pending
+            and not self._handlers.has_finished() and not self._writer.in_flight
+        )
+
+    def _idle(self) -> bool:
+        """True when nothing is due within the idle window (checked fresh)."""
+        due = self.store.next_due(self._healthy())
+        self._next_due = due
+        window = self.clock.now() + timedelta(seconds=self.options.idle_window)
+        return due is None or due > window
+
+    def _sleep_time(self) -> float:
+        waits = [MAX_SLEEP, HEARTBEAT_EVERY]
+        if self._writer.pending:
+            waits.append(FLUSH_DELAY)
+        deadline = self._handlers.nearest_deadline()
+        if deadline is not None:
+            waits.append(deadline - time.monotonic())
+        respawn = self._handlers.next_respawn()
+        if respawn is not None:
+            waits.append(respawn - time.monotonic())
+        if self._run_until is not None:
+            waits.append(self._run_until - time.monotonic())
+        retry = self._broken.next_retry()
+        if retry is not None:
+            if retry > time.monotonic():
+                waits.append(retry - time.monotonic())
+            else:
+                self._maybe_due = True  # a broken model's next try is due
+        if self._db_retry_at > time.monotonic():
+            waits.append(self._db_retry_at - time.monotonic())
+        if self._signals.stop.is_set():
+            waits.append(0.05)
+        elif self._next_due is not None and not self._maybe_due:
+            wait = (self._next_due - self.clock.now()).total_seconds()
+            if wait <= 0:
+                # Due but not claimable just now (another worker is mid-claim): look again
+                # shortly rather than spinning.
+                self._maybe_due = True
+                wait = 0.01
+            waits.append(wait)
+        if self.options.until_idle and self._quiet():
+            waits.append(self.options.idle_window / 4)
+        return max(min(waits), 0.0)
+
+
+__all__ = ["COORDINATOR", "MAX_SLEEP", "Worker"]

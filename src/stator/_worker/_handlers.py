@@ -1,0 +1,321 @@
+"""The handler executor: handler threads fed from one queue (sync handlers), an event loop
+on a thread of its own (async handlers), deadlines, and the replacement of threads that hang
+past a deadline or die.
+
+The coordinator hands claimed rows in with ``dispatch`` and takes results out with
+``finished``; everything else here runs on the handler threads and the event loop, except
+``tend`` (deadlines, replacements), which the coordinator calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from .. import _metrics, _policy
+from .._board import Board, ThreadState
+from .._clock import Clock
+from .._execute import Executor, Task
+from ._state import Signals, Timing, WorkerOptions
+
+log = logging.getLogger("stator.worker")
+
+DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
+
+
+class HandlerPool:
+    def __init__(
+        self, executor: Executor, clock: Clock, board: Board, signals: Signals,
+        options: WorkerOptions, thread_done: Callable[[], None], with_loop: bool,
+    ) -> None:
+        self._executor = executor
+        self._clock = clock
+        self._board = board
+        self._signals = signals
+        self._options = options
+        self._thread_done = thread_done  # the store's per-thread cleanup
+        self._with_loop = with_loop  # some handler is async: run an event loop for it
+        self.timing = Timing(options.concurrency)  # written by handler threads, under a lock
+        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._queued = 0  # tasks in _queue not yet taken by a thread (under _queued_lock)
+        self._queued_lock = threading.Lock()
+        self._running: set[Task] = set()  # under _running_lock
+        self._running_lock = threading.Lock()
+        # Appended by handler threads, the event loop and the coordinator; taken from by the
+        # coordinator alone (deque append and popleft are atomic).
+        self._finished: deque[Task] = deque()
+        self._threads: dict[str, threading.Thread] = {}  # coordinator thread
+        self._thread_seq = 0  # coordinator thread
+        self._replaced = 0  # coordinator thread
+        # Coordinator thread: when handler threads died (the last minute), and when to
+        # replace them.
+        self._deaths: deque[float] = deque()
+        self._respawns: list[float] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once, before dispatching
+        self._async_slots: asyncio.Semaphore | None = None  # the event loop's
+        self._async_inflight = 0  # async tasks handed out, not finished (under _queued_lock)
+
+    # -- the coordinator's side ------------------------------------------------------------
+
+    @property
+    def backlog(self) -> int:
+        """Rows handed in and not started yet (async ones: not finished yet)."""
+        return self._queued + self._async_inflight
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    @property
+    def replaced(self) -> int:
+        """Handler threads replaced so far (hung past a deadline, or dead)."""
+        return self._replaced
+
+    def start(self) -> None:
+        for _ in range(self._options.concurrency):
+            self._spawn_thread()
+        if self._with_loop:
+            ready = threading.Event()
+            thread = threading.Thread(
+                target=self._loop_main, args=(ready,), name="stator-loop", daemon=True
+            )
+            thread.start()
+            ready.wait()
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in list(self._threads.values()):
+            thread.join(timeout=1.0)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def dispatch(self, tasks: list[Task]) -> None:
+        """Hand a claimed batch out: counted once for the batch (not a lock per row), then
+        each row to the event loop (async handlers) or the handler threads' queue."""
+        if not tasks:
+            return
+        self._board.hand_out(len(tasks))
+        states = tasks[0].tracked.graph.states
+        sync = [t for t in tasks
+                if not (states[t.claimed.state].handler_is_async and self._loop is not None)]
+        with self._queued_lock:
+            self._queued += len(sync)
+            self._async_inflight += len(tasks) - len(sync)
+        for task in tasks:
+            if states[task.claimed.state].handler_is_async and self._loop is not None:
+                asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
+        for task in sync:
+            self._queue.put(task)
+
+    def finished(self) -> Iterator[Task]:
+        """Take the tasks whose outcome is in, oldest first."""
+        while self._finished:
+            yield self._finished.popleft()
+
+    def has_finished(self) -> bool:
+        return bool(self._finished)
+
+    def hand_back_unstarted(self) -> None:
+        while True:
+            try:
+                task = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if task is None:
+                continue
+            with self._queued_lock:
+                self._queued -= 1
+            task.write = _policy.release(task.claimed, self._clock.now())
+            self._finish(task)
+
+    def nearest_deadline(self) -> float | None:
+        """The nearest running handler's deadline (monotonic), if any runs with one."""
+        with self._running_lock:
+            deadlines = [t.deadline for t in self._running if t.deadline is not None]
+        return min(deadlines) if deadlines else None
+
+    def next_respawn(self) -> float | None:
+        return min(self._respawns) if self._respawns else None
+
+    def tend(self) -> None:
+        """Abandon handlers past their deadline and replace their threads; replace threads
+        that died (more slowly when they keep dying)."""
+        now = time.monotonic()
+        with self._running_lock:
+            overdue = [t for t in self._running if t.deadline is not None and t.deadline <= now]
+        for task in overdue:
+            if task.abandon():
+                with self._running_lock:
+                    self._running.discard(task)
+                log.warning(
+                    "%s %s: handler for state %s passed its %gs deadline; abandoned",
+                    task.tracked.name, task.claimed.pk, task.claimed.state, task.timeout,
+                    extra={"action": "deadline"},
+                )
+                task.write = self._executor.timed_out(task, self._stack_of(task.thread))
+                self._threads.pop(task.thread, None)  # it exits by itself if it ever returns
+                self._finished.append(task)
+                self._board.take_back()
+                self._replaced += 1
+                self._spawn_thread()
+        for name, thread in list(self._threads.items()):
+            if not thread.is_alive() and self._board.state_of(name) == ThreadState.DIED:
+                self._board.forget(name)
+                del self._threads[name]
+                if not self._signals.stop.is_set():
+                    # Threads that keep dying are replaced more and more slowly, but the
+                    # coordinator never sleeps for it: it must go on flushing results and
+                    # enforcing deadlines, or the leases of rows already done run out.
+                    self._deaths.append(now)
+                    while now - self._deaths[0] > DEATH_WINDOW:
+                        self._deaths.popleft()
+                    delay = min(0.1 * (len(self._deaths) - 1), 5.0)
+                    self._respawns.append(now + delay)
+        due = [t for t in self._respawns if t <= time.monotonic()]
+        for t in due:
+            self._respawns.remove(t)
+            if not self._signals.stop.is_set():
+                self._replaced += 1
+                self._spawn_thread()
+
+    def _stack_of(self, name: str) -> str:
+        """Where a handler thread is right now (for the failure record of a hung handler)."""
+        thread = self._threads.get(name)
+        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+        if frame is None:
+            return ""
+        return (
+            "Stack of the handler's thread at its deadline (most recent call last):\n"
+            + "".join(traceback.format_stack(frame))
+        )
+
+    def _spawn_thread(self) -> None:
+        self._thread_seq += 1
+        name = f"stator-handler-{self._thread_seq}"
+        thread = threading.Thread(target=self._thread_main, args=(name,), name=name, daemon=True)
+        self._threads[name] = thread
+        self._board.report(name, ThreadState.IDLE)
+        thread.start()
+
+    # -- handler threads -------------------------------------------------------------------
+
+    def _thread_main(self, name: str) -> None:
+        try:
+            self._handle_tasks(name)
+        finally:
+            self._thread_done()  # e.g. close this thread's Django connection
+
+    def _handle_tasks(self, name: str) -> None:
+        board = self._board
+        board.report(name, ThreadState.WAITING, notify=False)
+        running = False
+        task: Task | None = None
+        try:
+            while True:
+                task = self._queue.get()
+                if task is None:
+                    board.report(name, ThreadState.STOPPED)
+                    return
+                with self._queued_lock:
+                    self._queued -= 1
+                if self._signals.stop.is_set():
+                    task.write = _policy.release(task.claimed, self._clock.now())
+                    self._finish(task)
+                    task = None
+                    continue
+                if not running:  # routine states are reported on change only, not per row
+                    board.report(name, ThreadState.RUNNING, notify=False)
+                    running = True
+                self._run_one(task)
+                if task.abandoned:
+                    board.report(name, ThreadState.ABANDONED)
+                    return  # a replacement thread took this one's place
+                self._finish(task)
+                task = None
+                if self._queue.empty():
+                    board.report(name, ThreadState.WAITING, notify=False)
+                    running = False
+        except BaseException:
+            # The thread ends here; the coordinator sees DIED and starts a replacement.
+            log.exception("handler thread %s died", name, extra={"action": "thread_died"})
+            if task is not None and not task.abandoned:
+                self._finish(task)
+            board.report(name, ThreadState.DIED)
+            self._signals.kick.set()
+
+    def _run_one(self, task: Task) -> None:
+        task.thread = threading.current_thread().name
+        started = time.monotonic()
+        task.started = started
+        task.deadline = started + task.timeout
+        with self._running_lock:
+            self._running.add(task)
+        try:
+            if self._executor.before(task):
+                self._executor.run_sync(task)
+            else:
+                task.finish()
+        finally:
+            with self._running_lock:
+                self._running.discard(task)
+            self._note_duration(time.monotonic() - started)
+
+    def _note_duration(self, seconds: float) -> None:
+        _metrics.handler_seconds(seconds)
+        self.timing.note(seconds)
+
+    def _finish(self, task: Task) -> None:
+        self._finished.append(task)
+        self._board.take_back()
+        kick = self._signals.kick
+        if (self._queued == 0 or len(self._finished) >= self._options.batch_size // 2) and (
+            not kick.is_set()  # setting a set Event still takes its lock and notifies
+        ):
+            # Safe to skip: the append above comes before this check, the coordinator
+            # clears the kick before it collects, so it sees this task either way.
+            kick.set()
+
+    # -- the event loop for async handlers --------------------------------------------------
+
+    def _loop_main(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._async_slots = asyncio.Semaphore(self._options.concurrency)
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _run_async(self, task: Task) -> None:
+        assert self._async_slots is not None
+        try:
+            async with self._async_slots:
+                if self._signals.stop.is_set():
+                    task.write = _policy.release(task.claimed, self._clock.now())
+                    return
+                started = time.monotonic()
+                task.started = started
+                task.deadline = started + task.timeout
+                if self._executor.before(task):
+                    await self._executor.run_async(task)
+                else:
+                    task.finish()
+                self._note_duration(time.monotonic() - started)
+        except Exception:
+            log.exception("async handler wrapper failed", extra={"action": "async_failed"})
+            if task.write is None and task.committed is None:
+                task.write = _policy.release(task.claimed, self._clock.now())
+        finally:
+            with self._queued_lock:
+                self._async_inflight -= 1
+            self._finish(task)

@@ -1,0 +1,203 @@
+"""Wake-ups from other processes: a listener thread that calls the worker's ``wake`` when
+another process commits work, so an idle worker sleeps until told instead of polling.
+
+PostgreSQL: LISTEN on a connection of its own, proven once by a test notification of its own
+(behind a transaction-pooling PgBouncer notifications never arrive: then it polls).  SQLite:
+a cheap ``PRAGMA data_version`` check every SQLITE_POLL seconds, on a connection of its own.
+A stop interrupts the listener's waits through a pipe (``_StopPipe``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._outage import Outage
+from .._store import NOTIFY_CHANNEL, Store
+from ._state import Signals
+
+log = logging.getLogger("stator.worker")
+
+SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
+POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
+PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
+LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (stop() interrupts it)
+LISTEN_WAIT = 1.0  # seconds the listener waits for notifications before looking around
+
+
+class Listener:
+    def __init__(
+        self, store: Store, signals: Signals, wake: Callable[[], None], tables: set[str],
+        listen_url: str | None, worker_id: str,
+    ) -> None:
+        self._store = store
+        self._stop = signals.stop
+        self._wake = wake
+        self._tables = tables  # notification payloads that concern this worker
+        self._listen_url = listen_url
+        self._worker_id = worker_id
+        # Set once this worker's own test notification came back: notifications reach the
+        # listener, so a reconnected listener (after a cut, a server restart) needs no new probe.
+        # Listener thread only.
+        self.notify_proven = False
+        self._stop_pipe: _StopPipe | None = None  # readable once stopped (see _notes)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop_pipe = _StopPipe()
+        if self._stop.is_set():
+            self._stop_pipe.set()
+        self._thread = threading.Thread(target=self._main, name="stator-listener", daemon=True)
+        self._thread.start()
+
+    def interrupt(self) -> None:
+        """Cut the listener's current wait short (the worker is stopping); any thread."""
+        if self._stop_pipe is not None:
+            self._stop_pipe.set()
+
+    def join(self) -> None:
+        """Wait for the listener to end.  It notices the stop within a second; waiting for it
+        means no thread of this worker touches the store (its pool, its connections) once
+        run returns."""
+        if self._thread is None:
+            return
+        self._thread.join(LISTENER_JOIN)
+        if not self._thread.is_alive() and self._stop_pipe is not None:
+            self._stop_pipe.close()
+
+    # -- the listener thread ---------------------------------------------------------------
+
+    def _main(self) -> None:
+        """Keep a wake-up listener running.  One that dies (whatever the reason) has closed
+        what it opened, is said so at WARNING and restarted with backoff; meanwhile the
+        coordinator looks for due rows at each retry instead (polling)."""
+        try:
+            self._keep_listening()
+        finally:
+            self._store.thread_done()  # the probe's notification used this thread's connection
+
+    def _keep_listening(self) -> None:
+        outage = Outage("wake-up listener", first_delay=0.5)
+        while not self._stop.is_set():
+            try:
+                if self._store.dialect.name == "postgresql":
+                    self._listen_postgres(outage)
+                else:
+                    self._poll_sqlite()
+                return
+            except Exception as exc:
+                log.warning("wake-up listener stopped (%s: %s); restarting it with backoff, "
+                            "polling for due rows meanwhile", type(exc).__name__, exc,
+                            extra={"action": "listener_died"})
+                self._stop.wait(outage.failed(exc))
+                self._wake()  # poll: anything committed while nobody listened
+
+    def _listen_postgres(self, outage: Outage) -> None:
+        tables = self._tables
+        while not self._stop.is_set():
+            conn = self._store.listen_connection(self._listen_url)
+            try:
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                outage.recovered()
+                self._wake()  # anything committed while we were not listening
+                if not self.notify_proven:
+                    self._probe(conn, tables)
+                while not self._stop.is_set():
+                    for note in self._notes(conn, LISTEN_WAIT):
+                        if note.payload in tables:
+                            self._wake()
+            finally:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def _notes(self, conn: Any, timeout: float) -> list[Any]:
+        """The notifications that arrive within ``timeout``; a stop cuts the wait short, so
+        a stopping worker does not wait out the listener's timeout."""
+        waits = [conn.fileno()]
+        if self._stop_pipe is not None:
+            waits.append(self._stop_pipe.fileno())
+        select.select(waits, [], [], timeout)
+        return list(conn.notifies(timeout=0))
+
+    def _probe(self, conn: Any, tables: set[str]) -> None:
+        """Send a notification and wait for it, patiently: through a transaction-pooling
+        PgBouncer, LISTEN holds for one transaction only and notifications never arrive, but
+        on a loaded machine or a slow link they may only be late.  Past PROBE_TIMEOUT the
+        worker says so once and polls for new work, while still listening: should the
+        notification arrive after all, it goes back to waking on notifications alone."""
+        token = f"probe-{self._worker_id}"
+        self._store.send_notification(token)
+        started = time.monotonic()
+        polling = False
+        while not self._stop.is_set():
+            for note in self._notes(conn, POLL_WITHOUT_NOTIFY):
+                if note.payload == token:
+                    self.notify_proven = True
+                    if polling:
+                        log.warning(
+                            "wake-up listener: notifications arrive after all (%.0fs late); "
+                            "no longer polling", time.monotonic() - started,
+                            extra={"action": "listen_notified"},
+                        )
+                    return
+                if note.payload in tables:
+                    self._wake()
+            if not polling and time.monotonic() - started >= PROBE_TIMEOUT:
+                polling = True
+                log.warning(
+                    "wake-up listener: notifications do not arrive over this connection (a "
+                    "transaction-pooling PgBouncer in between?); looking for new work every "
+                    "%gs instead; give a direct connection with listen_url / --listen-url",
+                    POLL_WITHOUT_NOTIFY, extra={"action": "listen_polling"},
+                )
+            if polling:
+                self._wake()
+
+    def _poll_sqlite(self) -> None:
+        path = self._store.sqlite_path()
+        if not path or path == ":memory:":
+            return
+        conn = sqlite3.connect(path, check_same_thread=False, uri=path.startswith("file:"))
+        try:
+            last = None
+            while not self._stop.wait(SQLITE_POLL):
+                (version,) = conn.execute("PRAGMA data_version").fetchone()
+                if last is not None and version != last:
+                    self._wake()
+                last = version
+        finally:
+            conn.close()
+
+
+class _StopPipe:
+    """A pipe that becomes readable on stop: the listener's waits include it."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self._closed = False
+        # Held while writing or closing: a write after close could land in a reused fd.
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self._read
+
+    def set(self) -> None:
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(OSError):  # full: it is readable already
+                    os.set_blocking(self._write, False)
+                    os.write(self._write, b".")
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)

@@ -1,0 +1,190 @@
+"""The handler executor on its own, on both backends: a handler past its deadline is
+abandoned and its thread replaced, a thread that dies is replaced, async handlers run on the
+event loop, and rows not started when the worker stops are handed back.
+
+The tests drive the pool as the coordinator does: ``tend`` it, take what ``finished`` gives,
+and wait on the kick (or a handler's deadline) in between."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from stator import State, StateGraph, Stator, SystemClock
+from stator._board import Board, ThreadState
+from stator._execute import Executor, Task
+from stator._worker._handlers import HandlerPool
+from stator._worker._state import Signals, WorkerOptions
+
+from .parts import PATIENCE, insert, wait_for
+
+release = threading.Event()
+started = threading.Event()
+
+
+class Hangs(StateGraph):
+    new = State(timeout=0.3, retry_after=600)
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    def check_new(cls, row: Any) -> State:
+        if row.note == "hang":
+            started.set()
+            release.wait(PATIENCE)  # far past the deadline: the pool must not wait for it
+        if row.note == "die":
+            raise SystemExit("a handler that ends its thread")
+        return cls.done
+
+
+class Waits(StateGraph):
+    new = State(timeout=30, retry_after=600)
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    async def check_new(cls, row: Any) -> State:
+        return cls.done
+
+
+class Pool:
+    """A started pool with what the coordinator would hold beside it."""
+
+    def __init__(self, stator: Stator, concurrency: int, with_loop: bool = False) -> None:
+        self.stator = stator
+        self.board = Board()
+        self.signals = Signals()
+        self.executor = Executor(stator.store, stator.clock, "test-pool")
+        self.pool = HandlerPool(
+            self.executor, stator.clock, self.board, self.signals,
+            WorkerOptions(concurrency=concurrency), stator.store.thread_done, with_loop,
+        )
+
+    def hand_out(self, count: int) -> list[Task]:
+        (tracked,) = self.stator.store.tracked
+        rows = self.stator.store.claim(tracked, self.stator.clock.now(), count)
+        tasks = [self.executor.prepare(tracked, obj, claimed) for obj, claimed in rows]
+        self.pool.dispatch(tasks)
+        return tasks
+
+    def take(self, count: int) -> list[Task]:
+        """The next ``count`` finished tasks, tending the pool meanwhile."""
+        got: list[Task] = []
+
+        def step() -> None:
+            self.pool.tend()
+            got.extend(self.pool.finished())
+            if len(got) < count:
+                deadline = self.pool.nearest_deadline()
+                wait = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.005)
+                self.signals.kick.wait(min(wait, 1.0))
+                self.signals.kick.clear()
+
+        wait_for(lambda: len(got) >= count, f"{count} finished task(s)", step)
+        return got
+
+
+@contextmanager
+def started_pool(stator: Stator, concurrency: int, with_loop: bool = False) -> Iterator[Pool]:
+    pool = Pool(stator, concurrency, with_loop)
+    pool.pool.start()
+    try:
+        yield pool
+    finally:
+        release.set()
+        pool.signals.stop.set()
+        pool.pool.stop()
+
+
+def test_a_handler_past_its_deadline_is_abandoned_and_its_thread_replaced(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    release.clear()
+    started.clear()
+    models = build_models(Hangs)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1, note="hang")
+    with started_pool(stator, concurrency=1) as p:
+        p.hand_out(1)
+        assert started.wait(PATIENCE)
+        (task,) = p.take(1)
+        assert task.abandoned and task.thread == "stator-handler-1"
+        assert task.write is not None and task.write.failure is not None
+        assert task.write.failure.kind == "timeout"
+        assert "check_new" in task.write.failure.traceback  # where the thread hung
+        assert p.pool.replaced == 1
+        insert(stator, models.Order, 2, note="fine")
+        p.hand_out(1)
+        (task,) = p.take(1)
+        assert task.thread == "stator-handler-2"  # the replacement runs the next row
+        assert task.write is not None and task.write.state == "done"
+        release.set()  # the abandoned handler returns; its thread ends by itself
+
+        def abandoned() -> bool:
+            return p.board.state_of("stator-handler-1") == ThreadState.ABANDONED
+
+        wait_for(abandoned, "the abandoned thread to end", lambda: p.board.wait(1.0))
+    assert p.board.outstanding() == 0
+
+
+def test_a_handler_thread_that_dies_is_replaced(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    models = build_models(Hangs)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1, note="die")
+    with started_pool(stator, concurrency=1) as p:
+        p.hand_out(1)
+        (task,) = p.take(1)
+        assert isinstance(task.error, SystemExit)
+        assert task.write is not None and task.write.failure is not None
+
+        def tend() -> None:  # the dead thread reports DIED, then ends: wait on the board
+            p.pool.tend()
+            p.board.wait(0.05)
+
+        wait_for(lambda: p.pool.replaced == 1, "the dead thread to be replaced", tend)
+        insert(stator, models.Order, 2, note="fine")
+        p.hand_out(1)
+        (task,) = p.take(1)
+        assert task.thread == "stator-handler-2"
+        assert task.write is not None and task.write.state == "done"
+
+
+def test_async_handlers_run_on_the_event_loop(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    models = build_models(Waits)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1, 2, 3)
+    with started_pool(stator, concurrency=2, with_loop=True) as p:
+        p.hand_out(3)
+        assert p.pool.queued == 0  # none went to the handler threads' queue
+        tasks = p.take(3)
+        assert sorted(t.claimed.pk for t in tasks) == [1, 2, 3]
+        assert all(t.write is not None and t.write.state == "done" for t in tasks)
+        assert p.pool.backlog == 0
+        assert p.pool.timing.measured == 2  # capped at the concurrency
+
+
+def test_rows_not_started_at_a_stop_are_handed_back(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    release.clear()
+    started.clear()
+    models = build_models(Hangs)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1, 2, 3, note="hang")
+    with started_pool(stator, concurrency=1) as p:
+        p.hand_out(3)
+        assert started.wait(PATIENCE)  # one runs; the other two wait in the queue
+        p.signals.stop.set()
+        p.pool.hand_back_unstarted()
+        handed_back = list(p.pool.finished())
+        assert len(handed_back) == 2 and p.pool.queued == 0
+        for task in handed_back:
+            assert task.write is not None and task.write.failure is None
+            assert task.write.state == "new" and task.thread == ""  # never started
