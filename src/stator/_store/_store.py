@@ -460,7 +460,7 @@ class Store:
         """One write as a record of the statement's batch.  ``history``: the table keeps
         ``state_history`` (only then is ``changed_iso`` read; formatting it for nothing
         cost a tenth of the write's Python time)."""
-        ts = self.dialect.ts_batch
+        ts = self.dialect.ts_json
         changed = w.state_changed
         return {
             "pk": w.pk, "fence_state": w.fence_state, "fence": ts(w.fence), "state": w.state,
