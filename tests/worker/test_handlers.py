@@ -99,13 +99,18 @@ def started_pool(stator: Stator, concurrency: int, with_loop: bool = False) -> I
         pool.pool.stop()
 
 
-def test_a_handler_past_its_deadline_is_abandoned_and_its_thread_replaced(
-    backend: str, build_models: Any, make_stator: Any
-) -> None:
+def hanging(backend: str, build_models: Any, make_stator: Any) -> tuple[Any, Any]:
+    """A store whose rows run ``Hangs``, with its events reset for this test."""
     release.clear()
     started.clear()
     models = build_models(Hangs)
-    stator = make_stator(backend, [models.Order], SystemClock())
+    return models, make_stator(backend, [models.Order], SystemClock())
+
+
+def test_a_handler_past_its_deadline_is_abandoned_and_its_thread_replaced(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    models, stator = hanging(backend, build_models, make_stator)
     insert(stator, models.Order, 1, note="hang")
     with started_pool(stator, concurrency=1) as p:
         p.hand_out(1)
@@ -173,10 +178,7 @@ def test_async_handlers_run_on_the_event_loop(
 def test_rows_not_started_at_a_stop_are_handed_back(
     backend: str, build_models: Any, make_stator: Any
 ) -> None:
-    release.clear()
-    started.clear()
-    models = build_models(Hangs)
-    stator = make_stator(backend, [models.Order], SystemClock())
+    models, stator = hanging(backend, build_models, make_stator)
     insert(stator, models.Order, 1, 2, 3, note="hang")
     with started_pool(stator, concurrency=1) as p:
         p.hand_out(3)
