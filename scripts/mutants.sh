@@ -42,6 +42,7 @@ priority-quoting|src/stator/_store/_tracked.py|priority=None if priority is None
 one-statement-kinds|src/stator/_store/_store.py|return len(kinds) == 1 and all(|return all(|tests/test_round_trips.py::test_moves_and_deletes_in_one_write_back_keep_their_transaction
 one-statement-failures|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.extra is None for w in writes)|tests/test_round_trips.py::test_a_write_back_with_a_failure_keeps_its_transaction
 one-statement-extra|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.failure is None for w in writes)|tests/test_write_hooks.py::test_extra_is_written_with_the_batched_transition
+claim-joined-durable|src/stator/_store/_django.py|                sql = tracked.sql["claim_joined"]|                pass|tests/django/test_django_app.py::test_a_claim_inside_a_django_transaction_leaves_its_commit_durable
 EOF
 )
 

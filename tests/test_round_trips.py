@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import pytest
 from psycopg.pq import Trace
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, event, select, text
 from sqlalchemy.orm import Session
 
 from stator import ManualClock, State, StateGraph, Stator, _policy
@@ -244,3 +244,22 @@ def test_a_write_back_of_deletes_is_one_round_trip(backend, clock, build_models,
         assert stator.store.write_all([(tracked, deletes)], "w1") == {"orders": {two.pk}}
     assert trip.round_trips == 1, trip.sent
     assert states(stator, models.Order) == {two.pk: "new"}
+
+
+def test_a_claims_commit_does_not_wait_for_the_disk(backend, clock, build_models, make_stator):
+    """A lost claim is an expired lease (the fence refuses its holder), so its commit skips
+    the WAL flush; the setting lasts only as long as the claim's transaction."""
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], clock)
+    insert(stator, models.Order, 1, 2)
+    (tracked,) = stator.store.tracked
+    params = stator.store._claim_params(tracked, clock.now(), 1)
+    with stator.engine.connect() as conn:
+        with conn.begin():
+            assert len(conn.execute(text(tracked.sql["claim"]), params).all()) == 1
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+        with conn.begin():
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+            # A claim that joins a caller's transaction leaves the caller's commit durable.
+            assert len(conn.execute(text(tracked.sql["claim_joined"]), params).all()) == 1
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"

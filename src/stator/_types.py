@@ -26,8 +26,9 @@ def to_sqlite_text(value: datetime) -> str:
         raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
-    # isoformat is several times faster than strftime, and on the hot path.
-    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+    # isoformat is several times faster than strftime, and on the hot path; cutting off its
+    # "+00:00" costs less than ``replace(tzinfo=None)`` (a new datetime) first.
+    return value.isoformat(" ", "microseconds")[:26]
 
 
 def from_sqlite_text(value: str) -> datetime:

@@ -260,6 +260,31 @@ def test_postgres_claims_are_prepared_unless_the_project_sets_a_threshold(
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+def test_a_claim_inside_a_django_transaction_leaves_its_commit_durable(
+    clock: ManualClock,
+) -> None:
+    """A claim on its own commits without waiting for the disk (a lost claim is an expired
+    lease); one that joins the caller's ``atomic`` block must not relax the caller's commit."""
+    from django.db import connections, transaction
+
+    from stator.django._setup import build_stator
+
+    Order.objects.using("pg").bulk_create([Order(paid=False) for _ in range(2)])
+    store = build_stator(models=[Order], clock=clock, alias="pg").store
+
+    def synchronous_commit() -> str:
+        with connections["pg"].cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return str(cursor.fetchone()[0])
+
+    with transaction.atomic(using="pg"):
+        assert len(store.claim(store.tracked[0], clock.now(), 1)) == 1
+        assert synchronous_commit() == "on"
+    assert len(store.claim(store.tracked[0], clock.now(), 1)) == 1  # on its own
+    assert synchronous_commit() == "on"  # the relaxed commit ended with the claim
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 def test_a_postgres_claim_on_a_lost_connection_fails_as_the_worker_expects(
     clock: ManualClock,
 ) -> None:

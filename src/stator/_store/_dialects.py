@@ -21,6 +21,9 @@ NOTIFY_CHANNEL = "stator"
 class SqlDialect:
     name = "generic"
     skip_locked = ""
+    # A condition the claim's UPDATE carries that makes its commit not wait for the disk
+    # (see ``PostgresDialect``); empty where commits cost no such wait.
+    lease_commit = ""
 
     def ts(self, value: datetime) -> Any:
         """A timestamp as a bound parameter."""
@@ -84,6 +87,14 @@ class SqliteDialect(SqlDialect):
 class PostgresDialect(SqlDialect):
     name = "postgresql"
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    # A claim only grants a lease, and losing a lease is already handled: the fence refuses
+    # its holder's write and the row is claimed again.  So the claim's commit need not wait
+    # for the WAL flush (about 0.4 ms of an idle worker's pickup here): if the server crashes
+    # before the flush, the row is due again, as if the lease had expired.  The next durable
+    # commit on the server (a write-back, a handler's transaction) flushes the claim with it.
+    # ``set_config(..., true)`` lasts to the end of the claim's own transaction, whether the
+    # claim runs in autocommit or inside one (it never outlives the claim's transaction).
+    lease_commit = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
     def payload_source(self, columns: list[tuple[str, str]]) -> str:
         spec = ", ".join(f"{name} {sqltype}" for name, sqltype in columns)

@@ -22,6 +22,7 @@ through the ORM, like ``transitions.py`` for SQLAlchemy.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -200,7 +201,7 @@ class DjangoStore(Store):
         self._notified: dict[str, float] = {}
         self._writer = writer_lock(self.dialect)
         self.tracked = [self._track(m) for m in models]
-        self._converters: dict[str, list[list[Callable[..., Any]]]] = {}
+        self._shapes: dict[str, _RowShape] = {}
         self._driver_sql: dict[str, str] = {}  # claim statements in psycopg's paramstyle
 
     def _track(self, model: Any) -> TrackedModel:
@@ -235,6 +236,12 @@ class DjangoStore(Store):
         params.pop("context", None)
         params.pop("server_side_binding", None)
         return psycopg.connect(**with_client_settings(params), autocommit=True)
+
+    def sqlite_connection(self, conn: Any) -> sqlite3.Connection | None:
+        # Django lends its connection wrapped (``_Borrowed``): the sqlite3 one is inside.
+        borrowed = conn.connection.dbapi_connection
+        raw = borrowed._raw() if isinstance(borrowed, _Borrowed) else borrowed
+        return raw if isinstance(raw, sqlite3.Connection) else None
 
     def handler_scopes(self) -> Any:
         return DjangoScopes(self)
@@ -275,6 +282,8 @@ class DjangoStore(Store):
         params = self._claim_params(tracked, now, limit)
         rows = self._claim_on_psycopg(tracked, sql, params)
         if rows is None:
+            if connections[self.alias].in_atomic_block:
+                sql = tracked.sql["claim_joined"]
             with self._writer, self.engine.connect().execution_options(
                 **self._claim_options
             ) as conn, conn.begin():
@@ -315,29 +324,44 @@ class DjangoStore(Store):
     def _materialise(self, tracked: TrackedModel, row: Sequence[Any]) -> tuple[Any, Claimed]:
         """A model instance as a queryset would build it, and the engine's view of the claim
         (from the raw values, so it does not depend on USE_TZ)."""
-        model: Any = tracked.model
-        conn = connections[self.alias]
-        converters = self._converters.get(tracked.name)
-        if converters is None:
-            converters = self._converters[tracked.name] = [
-                conn.ops.get_db_converters(col) + col.get_db_converters(conn)
-                for col in (f.get_col(model._meta.db_table) for f in model._meta.concrete_fields)
-            ]
+        shape = self._shapes.get(tracked.name)
+        if shape is None:
+            shape = self._shapes[tracked.name] = _RowShape(tracked, connections[self.alias])
         values = list(row)
-        for i, convs in enumerate(converters):
-            for convert in convs:
-                values[i] = convert(values[i], None, conn)
-        attnames = [f.attname for f in model._meta.concrete_fields]
-        obj = model.from_db(self.alias, attnames, values)
-        raw = dict(zip(tracked.table.c.keys(), row, strict=True))
+        conn = connections[self.alias]
+        for i, convert in shape.converters:
+            values[i] = convert(values[i], None, conn)
+        obj = tracked.model.from_db(self.alias, shape.attnames, values)  # type: ignore[attr-defined]
         when = self._datetime.process_result_value
+        dialect = self.engine.dialect
         claimed = Claimed(
-            pk=getattr(obj, tracked.pk_attr), state=raw["state"],
-            state_changed=when(raw["state_changed"], self.engine.dialect),  # type: ignore[arg-type]
-            lease_until=when(raw["state_next"], self.engine.dialect),  # type: ignore[arg-type]
-            attempts=int(raw["state_attempts"]),
+            pk=values[shape.pk], state=row[shape.state],
+            state_changed=when(row[shape.state_changed], dialect),  # type: ignore[arg-type]
+            lease_until=when(row[shape.state_next], dialect),  # type: ignore[arg-type]
+            attempts=int(row[shape.state_attempts]),
         )
         return obj, claimed
+
+
+class _RowShape:
+    """Where a claimed row's values go: worked out once per model, since a claim builds an
+    instance per row (the converters of the columns that have any, in column order)."""
+
+    def __init__(self, tracked: TrackedModel, conn: Any) -> None:
+        model: Any = tracked.model
+        fields = model._meta.concrete_fields
+        self.attnames = [f.attname for f in fields]
+        self.converters: list[tuple[int, Callable[..., Any]]] = []
+        for i, field in enumerate(fields):
+            col = field.get_col(model._meta.db_table)
+            for convert in conn.ops.get_db_converters(col) + col.get_db_converters(conn):
+                self.converters.append((i, convert))
+        columns = list(tracked.table.c.keys())
+        self.pk = self.attnames.index(tracked.pk_attr)
+        self.state = columns.index("state")
+        self.state_changed = columns.index("state_changed")
+        self.state_next = columns.index("state_next")
+        self.state_attempts = columns.index("state_attempts")
 
 
 # -- handler transactions ------------------------------------------------------------------

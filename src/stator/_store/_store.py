@@ -374,8 +374,8 @@ class Store:
         deletes = [w for w in writes if w.delete]
         applied: set[Any] = set()
         if updates:
-            raw = conn.connection.dbapi_connection
-            if isinstance(raw, sqlite3.Connection) and "write_row" in tracked.sql:
+            raw = self.sqlite_connection(conn)
+            if raw is not None and "write_row" in tracked.sql:
                 applied.update(self._write_rows(raw, tracked, updates))
             else:
                 history = tracked.history_type is not None
@@ -395,6 +395,12 @@ class Store:
         if any(w.moved for w in updates):
             self._notify_moves(conn, tracked)
         return {w.pk for w in writes} - applied
+
+    def sqlite_connection(self, conn: Connection) -> sqlite3.Connection | None:
+        """The sqlite3 connection under ``conn``, for statements run row by row (see
+        ``_write_rows``); None on other databases."""
+        raw = conn.connection.dbapi_connection
+        return raw if isinstance(raw, sqlite3.Connection) else None
 
     def _write_rows(
         self, raw: sqlite3.Connection, tracked: TrackedModel, writes: Sequence[Write]

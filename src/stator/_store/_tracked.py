@@ -128,6 +128,10 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         sql["claim"] = _claim_sql(
             table, pk, scheduled, d, returning, extra, t.priority, t.lease_column
         )
+        # For a claim that joins a caller's transaction (a Django ``atomic`` block): the
+        # relaxed commit would reach the caller's own writes, so it stays durable.
+        sql["claim_joined"] = sql["claim"].replace(d.lease_commit, "") if d.lease_commit \
+            else sql["claim"]
         sql["next_due"] = " UNION ALL ".join(
             f"SELECT min(state_next) AS due FROM {table} "
             f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
@@ -209,6 +213,6 @@ def _claim_sql(
         f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET state_next = CASE state {lease} END{copy} "
-        f"WHERE {pk} IN (SELECT {pk} FROM picked) RETURNING {returning}"
+        f"WHERE {pk} IN (SELECT {pk} FROM picked){d.lease_commit} RETURNING {returning}"
     )
 
