@@ -182,7 +182,7 @@ def write_section(rows: list[dict[str, Any]]) -> None:
     if MARK_START in text:
         before, rest = text.split(MARK_START, 1)
         after = rest.split(MARK_END, 1)[1].lstrip("\n")
-        text = before + section + after
+        text = before + section + "\n" + after
     else:
         text = text.rstrip("\n") + "\n\n" + section
     REPORT.write_text(text)
