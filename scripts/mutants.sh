@@ -43,6 +43,7 @@ one-statement-kinds|src/stator/_store/_store.py|return len(kinds) == 1 and all(|
 one-statement-failures|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.extra is None for w in writes)|tests/test_round_trips.py::test_a_write_back_with_a_failure_keeps_its_transaction
 one-statement-extra|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.failure is None for w in writes)|tests/test_write_hooks.py::test_extra_is_written_with_the_batched_transition
 claim-joined-durable|src/stator/_store/_django.py|                sql = tracked.sql["claim_joined"]|                pass|tests/django/test_django_app.py::test_a_claim_inside_a_django_transaction_leaves_its_commit_durable
+django-sqlite-rows|src/stator/_store/_django.py|        return raw if isinstance(raw, sqlite3.Connection) else None|        return None|tests/django/test_django_app.py::test_sqlite_write_backs_run_row_by_row_on_djangos_connection
 EOF
 )
 

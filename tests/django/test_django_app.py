@@ -194,6 +194,32 @@ def test_sqlite_claims_take_the_write_lock_up_front(settings: Any, clock: Manual
     assert isinstance(obj, Order) and obj.paid and claimed.state == "new"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_sqlite_write_backs_run_row_by_row_on_djangos_connection(clock: ManualClock) -> None:
+    """Django lends its sqlite3 connection wrapped: the store must still find it and run the
+    fenced write once per row, not the slower one-statement JSON form."""
+    from django.db import connections
+
+    from stator import _policy
+    from stator.django._setup import build_stator
+
+    Order.objects.bulk_create([Order(paid=False) for _ in range(3)])
+    store = build_stator(models=[Order], clock=clock).store
+    (tracked,) = store.tracked
+    writes = [_policy.move(c, OrderStates.charged, clock.now())
+              for _obj, c in store.claim(tracked, clock.now(), 10)]
+    conn = connections["default"]
+    seen: list[str] = []
+    conn.connection.set_trace_callback(seen.append)
+    try:
+        assert store.write_all([(tracked, writes)], "w1") == {tracked.name: set()}
+    finally:
+        conn.connection.set_trace_callback(None)
+    updates = [s for s in seen if s.startswith("UPDATE")]
+    assert len(updates) == 3 and not any("json_each" in s for s in updates), updates
+    assert set(Order.objects.values_list("state", flat=True)) == {"charged"}
+
+
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 @pytest.mark.parametrize("alias", ["default", "pg"])
 def test_application_moves_wake_workers_on_commit(alias: str) -> None:

@@ -130,8 +130,7 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         )
         # For a claim that joins a caller's transaction (a Django ``atomic`` block): the
         # relaxed commit would reach the caller's own writes, so it stays durable.
-        sql["claim_joined"] = sql["claim"].replace(d.lease_commit, "") if d.lease_commit \
-            else sql["claim"]
+        sql["claim_joined"] = sql["claim"].replace(d.lease_commit, "")
         sql["next_due"] = " UNION ALL ".join(
             f"SELECT min(state_next) AS due FROM {table} "
             f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
