@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import threading
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy import Engine, event
@@ -93,6 +93,16 @@ class HandlerScopes(Protocol):
 
     def for_async(self, task: Task) -> HandlerScope: ...
 
+    def keep_between_tasks(self) -> None:
+        """This thread runs sync handlers one after another and calls ``settle`` before it
+        waits for more or ends: a scope its last handler left untouched (no statement, no
+        callback) may stay open for the next one, which spares opening and closing it."""
+        ...
+
+    def settle(self) -> None:
+        """Close the scope this thread kept open, if any."""
+        ...
+
 
 class Executor:
     """Knows how to run a task's handler and produce its write."""
@@ -171,9 +181,9 @@ class Executor:
             if not task.finish():
                 return  # abandoned past its deadline: the late result is discarded
             outcome, extra = _extra(task, outcome)
-            write = _policy.after_run(task.tracked.graph, task.claimed, outcome, self.clock.now())
-            if extra is not None:
-                write = replace(write, extra=extra)
+            write = _policy.after_run(
+                task.tracked.graph, task.claimed, outcome, self.clock.now(), extra
+            )
             if isinstance(outcome, Failed) or not scope.wrote():
                 task.write = write
                 return
@@ -256,6 +266,12 @@ class SessionScopes:
         session = self.sessions()
         session.add(task.obj)
         return SessionScope(session)
+
+    def keep_between_tasks(self) -> None:
+        """Nothing to keep: the thread's session already outlives its rows."""
+
+    def settle(self) -> None:
+        pass
 
     def for_thread(self, task: Task) -> HandlerScope:
         """The calling thread's session, re-used row after row (a fresh Session per row cost

@@ -122,40 +122,45 @@ def before_run(graph: type[StateGraph], row: Claimed, now: datetime) -> Write | 
     return None
 
 
-def move(row: Claimed, target: State, now: datetime, failure: Failed | None = None) -> Write:
+def move(
+    row: Claimed, target: State, now: datetime, failure: Failed | None = None, extra: Any = None
+) -> Write:
     return Write(
         row.pk, row.state, row.lease_until, state=target.name, state_changed=now,
         state_next=first_due(target, now), attempts=0, moved=True, failure=failure,
         attempt=row.attempts + 1 if failure else 0, failed_at=now if failure else None,
+        extra=extra,
     )
 
 
-def after_run(graph: type[StateGraph], row: Claimed, outcome: Outcome, now: datetime) -> Write:
-    """The write that records ``outcome`` for ``row``."""
+def after_run(
+    graph: type[StateGraph], row: Claimed, outcome: Outcome, now: datetime, extra: Any = None
+) -> Write:
+    """The write that records ``outcome`` for ``row`` (and the handler's ``extra`` values)."""
     state = graph.states[row.state]
     if isinstance(outcome, Moved):
-        return move(row, outcome.target, now)
+        return move(row, outcome.target, now, extra=extra)
     if isinstance(outcome, Stayed):
         delay = state.retry_after if outcome.delay is None else outcome.delay
         # "Not yet" is neither progress nor failure: the failure count is kept, so a handler
         # alternating failures and "not yet" still reaches max_attempts.
-        return _stay(state, row, now + timedelta(seconds=delay), attempts=row.attempts)
+        return _stay(state, row, now + timedelta(seconds=delay), row.attempts, extra=extra)
     failures = row.attempts + 1
     if state.max_attempts is not None and failures >= state.max_attempts:
         assert state.exhausted_to is not None  # guaranteed by graph validation
-        return move(row, state.exhausted_to, now, failure=outcome)
+        return move(row, state.exhausted_to, now, failure=outcome, extra=extra)
     retry_at = now + timedelta(seconds=backoff_delay(state, failures, row.pk))
-    return _stay(state, row, retry_at, attempts=failures, failure=outcome, failed_at=now)
+    return _stay(state, row, retry_at, failures, outcome, now, extra)
 
 
 def _stay(
     state: State, row: Claimed, retry_at: datetime, attempts: int, failure: Failed | None = None,
-    failed_at: datetime | None = None,
+    failed_at: datetime | None = None, extra: Any = None,
 ) -> Write:
     return Write(
         row.pk, row.state, row.lease_until, state=row.state, state_changed=row.state_changed,
         state_next=_earliest(state, row.state_changed, [retry_at]), attempts=attempts,
-        failure=failure, attempt=attempts if failure else 0, failed_at=failed_at,
+        failure=failure, attempt=attempts if failure else 0, failed_at=failed_at, extra=extra,
     )
 
 

@@ -381,3 +381,45 @@ def test_bad_settings_are_config_errors(settings: Any) -> None:
     settings.STATOR = ["CONCURRENCY"]
     with pytest.raises(ConfigError, match="must be a dict"):
         stator_settings()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks(
+    alias: str,
+) -> None:
+    """A handler thread (``keep_between_tasks``) keeps its atomic block open for the next
+    task only while no statement ran in it and nothing waits for its commit: then no
+    database transaction is open.  Anywhere else (inline runs) the block always closes."""
+    from django.db import connections, transaction
+
+    from stator.django._setup import build_stator
+
+    store = build_stator(models=[Order], alias=alias).store
+    conn = connections[alias]
+    inline = store.handler_scopes()
+    inline.for_thread(None).release()
+    assert not conn.in_atomic_block
+    scopes = store.handler_scopes()
+    scopes.keep_between_tasks()
+    try:
+        first = scopes.for_thread(None)
+        first.release()
+        assert conn.in_atomic_block  # kept: the next task opens nothing
+        assert scopes.for_thread(None) is first
+        assert Order.objects.using(alias).count() == 0  # a statement ran
+        first.release()
+        assert not conn.in_atomic_block
+        if alias == "pg":
+            assert conn.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        second = scopes.for_thread(None)
+        assert second is not first
+        transaction.on_commit(lambda: None, using=alias)
+        second.release()
+        assert not conn.in_atomic_block  # a callback waited for a commit
+        scopes.for_thread(None).release()
+        assert conn.in_atomic_block
+        scopes.settle()
+        assert not conn.in_atomic_block
+    finally:
+        scopes.settle()

@@ -19,7 +19,7 @@ from stator._execute import Executor, Task
 from stator._worker._handlers import HandlerPool
 from stator._worker._state import Signals, WorkerOptions
 
-from .parts import PATIENCE, insert, wait_for
+from .parts import PATIENCE, Quick, insert, wait_for
 
 release = threading.Event()
 started = threading.Event()
@@ -190,3 +190,52 @@ def test_rows_not_started_at_a_stop_are_handed_back(
         for task in handed_back:
             assert task.write is not None and task.write.failure is None
             assert task.write.state == "new" and task.thread == ""  # never started
+
+
+class SettleSpy:
+    """The executor's handler scopes, noting which threads settle them."""
+
+    def __init__(self, scopes: Any) -> None:
+        self.scopes = scopes
+        self.settled: list[str] = []
+
+    def for_thread(self, task: Task) -> Any:
+        return self.scopes.for_thread(task)
+
+    def for_async(self, task: Task) -> Any:
+        return self.scopes.for_async(task)
+
+    def keep_between_tasks(self) -> None:
+        self.scopes.keep_between_tasks()
+
+    def settle(self) -> None:
+        self.settled.append(threading.current_thread().name)
+        self.scopes.settle()
+
+
+def test_a_handler_thread_settles_its_scope_before_it_waits(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    """A scope kept open from one task to the next (Django's atomic block) is closed as
+    soon as the queue is empty, not when the thread ends: it must not stay open while the
+    thread waits for more work, however long that is."""
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1)
+    p = Pool(stator, concurrency=1)
+    spy = SettleSpy(p.executor.scopes)
+    p.executor.scopes = spy
+    p.pool.start()
+    try:
+        p.hand_out(1)
+        (task,) = p.take(1)
+        assert task.write is not None and task.write.state == "done"
+
+        def waiting() -> bool:
+            return p.board.state_of("stator-handler-1") == ThreadState.WAITING
+
+        wait_for(waiting, "the handler thread to wait", lambda: p.board.wait(0.05))
+        assert spy.settled == ["stator-handler-1"]
+    finally:
+        p.signals.stop.set()
+        p.pool.stop()

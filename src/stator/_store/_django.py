@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -371,9 +372,27 @@ class DjangoScopes:
     def __init__(self, store: DjangoStore) -> None:
         self.alias = store.alias
         self.sqlite = store.dialect.name == "sqlite"
+        self._local = threading.local()  # .keep: this thread may keep; .kept: the scope
 
     def for_thread(self, task: Any) -> Any:
-        return AtomicScope(self.alias, self.sqlite)
+        kept: AtomicScope | None = getattr(self._local, "kept", None)
+        if kept is not None:
+            self._local.kept = None
+            return kept
+        keep = self._park if getattr(self._local, "keep", False) else None
+        return AtomicScope(self.alias, self.sqlite, keep)
+
+    def keep_between_tasks(self) -> None:
+        self._local.keep = True
+
+    def settle(self) -> None:
+        kept: AtomicScope | None = getattr(self._local, "kept", None)
+        if kept is not None:
+            self._local.kept = None
+            kept.close()
+
+    def _park(self, scope: AtomicScope) -> None:
+        self._local.kept = scope
 
     def for_async(self, task: Any) -> Any:
         # The async ORM runs in a thread of its own: its writes cannot join a transaction
@@ -404,22 +423,35 @@ def _no_begin() -> None:
 
 
 class AtomicScope:
-    """A handler's changes: whatever it writes on this thread's Django connection."""
+    """A handler's changes: whatever it writes on this thread's Django connection.
 
-    def __init__(self, alias: str, sqlite: bool) -> None:
+    Given ``keep`` (a handler thread's, see ``HandlerScopes.keep_between_tasks``), a scope
+    that its handler left untouched is not closed but handed to ``keep``, still open, for the
+    thread's next handler: a task that never touches the database then costs no atomic block
+    of its own.  Untouched means no statement ran, so no database transaction is open (on
+    PostgreSQL none begins before a statement; on SQLite none before the first write), and
+    nothing was left for the commit: keeping the block open holds nothing in the database."""
+
+    def __init__(
+        self, alias: str, sqlite: bool, keep: Callable[[AtomicScope], None] | None = None
+    ) -> None:
         self.alias = alias
         self.conn = connections[alias]
+        self._keep = keep
         self._wrote = False
+        self._ran = False  # any statement at all, through this connection's cursors
         self._lazy = sqlite and not self.conn.in_atomic_block
         if self._lazy:
             self.conn._start_transaction_under_autocommit = _no_begin
         self._atomic: Any = transaction.atomic(using=alias)
         self._atomic.__enter__()
+        self._depth = len(self.conn.atomic_blocks)
         self._watch: Any = self.conn.execute_wrapper(self._observe)
         self._watch.__enter__()
         self._open = True
 
     def _observe(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self._ran = True
         if not self._wrote and sql.lstrip()[:10].upper().startswith(WRITE_PREFIXES):
             self._wrote = True
             if self._lazy:
@@ -451,7 +483,24 @@ class AtomicScope:
             self._close(None)
 
     def release(self) -> None:
+        if self._open and self._keep is not None and self._untouched():
+            self._keep(self)
+            return
         self.rollback()
+
+    def close(self) -> None:
+        """Close a kept scope (it holds nothing to keep or undo)."""
+        if self._open:
+            self._close(None)
+
+    def _untouched(self) -> bool:
+        """Whether the handler left the block as it found it (see the class docstring)."""
+        conn = self.conn
+        return not (
+            self._ran or self._wrote or conn.run_on_commit or conn.needs_rollback
+            or conn.savepoint_ids or len(conn.atomic_blocks) != self._depth
+            or conn.connection is None
+        )
 
     def _close(self, exc: BaseException | None) -> None:
         self._open = False

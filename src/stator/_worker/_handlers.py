@@ -208,10 +208,15 @@ class HandlerPool:
     # -- handler threads -------------------------------------------------------------------
 
     def _thread_main(self, name: str) -> None:
+        scopes = self._executor.scopes
+        scopes.keep_between_tasks()
         try:
             self._handle_tasks(name)
         finally:
-            self._thread_done()  # e.g. close this thread's Django connection
+            try:
+                scopes.settle()
+            finally:
+                self._thread_done()  # e.g. close this thread's Django connection
 
     def _handle_tasks(self, name: str) -> None:
         board = self._board
@@ -241,6 +246,9 @@ class HandlerPool:
                 self._finish(task)
                 task = None
                 if self._queue.empty():
+                    # Nothing held open while waiting, however long: a handler's scope may
+                    # be kept only from one task to the next (``keep_between_tasks``).
+                    self._executor.scopes.settle()
                     board.report(name, ThreadState.WAITING, notify=False)
                     running = False
         except BaseException:

@@ -14,13 +14,15 @@ taken before the first of them, and the error is kept.  Signals follow ``django.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import traceback
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
-from django.tasks import TaskContext, task_backends
+from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
@@ -57,14 +59,14 @@ def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
     except Exception as exc:  # the task's failure is recorded; the worker carries on
         row.errors = [*row.errors, _error(exc)]
         if len(row.worker_ids) < row.max_attempts:
-            _save(row, "READY")
+            _save(row, result, None)
             raise TryAgainLater(_retry_delay(row)) from exc
         row.finished_at = timezone.now()
-        _save(row, "FAILED")
+        _save(row, result, TaskResultStatus.FAILED)
         return graph.failed
     row.return_value = value
     row.finished_at = timezone.now()
-    _save(row, "SUCCESSFUL")
+    _save(row, result, TaskResultStatus.SUCCESSFUL)
     return graph.successful
 
 
@@ -128,11 +130,19 @@ def _retry_delay(row: StatorTask) -> float:
     return float(min(base * 2 ** (len(row.worker_ids) - 1), MAX_RETRY_AFTER))
 
 
-def _save(row: StatorTask, status: str) -> None:
-    """Record the attempt on the row and say ``task_finished`` once the task is over.
+def _save(row: StatorTask, started: TaskResult, status: TaskResultStatus | None) -> None:
+    """Record the attempt on the row and, once the task is over (``status``), say
+    ``task_finished`` with the result of ``task_started`` brought up to date.
 
     The record is handed to the engine, which writes it with the row's transition in its
     batched, fenced write (see ``StatorTask.stator_write_extra``)."""
     row.stator_extra = {f: getattr(row, f) for f in RESULT_FIELDS}
-    if status in ("SUCCESSFUL", "FAILED"):
-        task_finished.send(StatorBackend, task_result=result_from_row(row, status=status))
+    if status is None:
+        return
+    finished = dataclasses.replace(
+        started, status=status, finished_at=row.finished_at,
+        errors=[TaskError(**e) for e in row.errors],
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(finished, "_return_value", row.return_value)
+    task_finished.send(StatorBackend, task_result=finished)
