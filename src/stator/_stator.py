@@ -15,6 +15,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from ._clock import Clock, SystemClock
+from ._drawing import role as _role
 from ._execute import Executor, Task
 from ._graph import State
 from ._policy import Write
@@ -296,22 +297,6 @@ def _state_row(c: dict[str, Any], now: datetime) -> dict[str, Any]:
         "oldest_due_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
         "known": c["known"], "estimated": c.get("estimated", False),
     }
-
-
-def _role(state: State | None) -> str:
-    if state is None:
-        return "unknown"
-    graph = state.graph
-    exhausted = any(s.exhausted_to is state for s in graph.states.values())
-    if exhausted:
-        return "exhausted"
-    if state is graph.initial_state:
-        return "initial"
-    if state.terminal:
-        return "terminal"
-    if state.externally_progressed:
-        return "external"
-    return "automatic"
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -25,12 +25,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._diagram import to_mermaid
-from .._stator import LIVE_AFTER, Stator, _role
+from .._drawing import edge_key, node_key, role, to_svg
+from .._stator import LIVE_AFTER, Stator
 from .._store import TrackedModel, _dashboard
 from ..errors import TransitionConflict, TransitionError
 from . import _auth
 from ._dbmetrics import DatabaseCollector
-from ._drawing import edge_key, node_key, to_svg
 
 STATIC = Path(__file__).parent / "static"
 
@@ -114,7 +114,7 @@ def create_app(
 
     def graph_page(request: Request) -> Response:
         t = d.tracked(request.path_params["model"])
-        roles = {name: _role(state) for name, state in t.graph.states.items()}
+        roles = {name: role(state) for name, state in t.graph.states.items()}
         return d.page(
             request, "graph.html", model=t.name, graph=t.graph.__name__,
             svg=to_svg(t.graph, roles), mermaid=to_mermaid([t.graph]),
@@ -346,7 +346,7 @@ def _overview(d: Dashboard) -> dict[str, Any]:
             c = mine.get(name)
             oldest = c["oldest_due"] if c else None
             states.append({
-                "state": name, "role": _role(t.graph.states.get(name)),
+                "state": name, "role": role(t.graph.states.get(name)),
                 "rows": c["rows"] if c else 0, "due": c["due"] if c else 0,
                 "oldest_due_seconds": (now - oldest).total_seconds() if oldest else None,
                 "failing": c["failing"] if c else 0,
