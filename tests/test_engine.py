@@ -1,26 +1,135 @@
-"""The engine end to end on both backends, one ``run_once`` at a time under a manual clock."""
+"""The engine end to end on both stores, one ``run_once`` at a time under a manual clock.
+
+Here on SQLAlchemy models; tests/django/test_engine_suite.py runs the same tests on Django
+models and the Django store.  Where a test acts as the application (inserting, reading or
+moving rows), it goes through the helpers below, which speak the ORM of the store at hand.
+"""
 
 import asyncio
+import threading
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import func, insert, select, text
+from django.db import connections
+from django.db.models import Model as DjangoModel
+from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session
 
 from stator import State, StateGraph, TransitionError, TryAgainLater
 from stator._policy import Moved, after_run, before_run
+from stator._store._django import DjangoStore
+
+# -- the application's side: SQLAlchemy's session, or Django's ORM -----------------------------
+
+
+def alias_of(stator):
+    """The Django database alias of a Stator on the Django store, else None."""
+    return stator.store.alias if isinstance(stator.store, DjangoStore) else None
 
 
 def load(stator, model, pk):
     """The row as the database has it now (None if deleted), detached."""
+    if alias := alias_of(stator):
+        return model.objects.using(alias).filter(pk=pk).first()
     with Session(stator.engine) as session:
         return session.get(model, pk)
 
 
 def add(stator, *objects):
+    if alias := alias_of(stator):
+        for obj in objects:
+            obj.save(using=alias)
+        return
     with Session(stator.engine) as session:
         session.add_all(objects)
         session.commit()
+
+
+def add_many(stator, model, rows):
+    """Insert ``rows`` (dicts of values) in one bulk statement, past the ORM's objects."""
+    if alias := alias_of(stator):
+        model.objects.using(alias).bulk_create([model(**row) for row in rows])
+        return
+    with stator.engine.begin() as conn:
+        conn.execute(insert(model), rows)
+
+
+def run_sql(stator, sql):
+    """Run a statement as the application's own SQL would, outside any ORM."""
+    if alias := alias_of(stator):
+        with connections[alias].cursor() as cursor:
+            cursor.execute(sql)
+        return
+    with stator.engine.begin() as conn:
+        conn.execute(text(sql))
+
+
+def move(stator, model, pk, to):
+    """The application moves a row (``transition_perform``); returns the moved instance."""
+    if alias := alias_of(stator):
+        obj = model.objects.using(alias).get(pk=pk)
+        obj.transition_perform(to, clock=stator.clock)
+        return obj
+    with Session(stator.engine, expire_on_commit=False) as session:
+        obj = session.get(model, pk)
+        obj.transition_perform(to, clock=stator.clock)
+        session.commit()
+        session.refresh(obj)
+        return obj
+
+
+def move_elsewhere(stator, model, pk, to):
+    """``move``, from a connection other than a running handler's (Django's is per thread)."""
+    if alias := alias_of(stator):
+
+        def mover():
+            try:
+                move(stator, model, pk, to)
+            finally:
+                connections[alias].close()
+
+        thread = threading.Thread(target=mover)
+        thread.start()
+        thread.join()
+        return
+    move(stator, model, pk, to)
+
+
+def move_many(stator, model, to, pks=None):
+    """The application moves every row (or those of ``pks``) that may move to ``to``."""
+    if alias := alias_of(stator):
+        rows = model.objects.using(alias)
+        rows = rows if pks is None else rows.filter(pk__in=pks)
+        return rows.transition_perform(to, clock=stator.clock)
+    return stator.transition_many(model, to, *([] if pks is None else [model.id.in_(pks)]))
+
+
+def write_in_handler(row, *new):
+    """What a handler writes, in its transaction: ``row``'s changed fields and ``new`` rows."""
+    if isinstance(row, DjangoModel):
+        row.save()
+        for obj in new:
+            obj.save(using=row._state.db)
+        return
+    session = Session.object_session(row)
+    session.add_all(new)
+    session.flush()
+
+
+def create_table(stator, model):
+    if alias := alias_of(stator):
+        with connections[alias].schema_editor() as editor:
+            editor.create_model(model)
+        return
+    model.__table__.create(stator.engine)
+
+
+def texts(stator, model):
+    """The ``text`` column of every row of ``model``."""
+    if alias := alias_of(stator):
+        return list(model.objects.using(alias).values_list("text", flat=True))
+    with Session(stator.engine) as session:
+        return session.scalars(select(model.text)).all()
 
 
 def due_in(stator, model, pk) -> float:
@@ -52,21 +161,19 @@ class OneStep(StateGraph):
 # -- new rows ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("route", ["orm", "core", "sql"])
+@pytest.mark.parametrize("route", ["orm", "bulk", "sql"])
 def test_new_rows_start_in_the_initial_state_and_are_due_at_once(
     backend, clock, make_stator, build_models, route
 ):
     """However a row is inserted, the columns' defaults schedule it without Stator's help."""
     m = build_models(OneStep)
     stator = make_stator(backend, [m.Order], clock)
-    with Session(stator.engine) as session:
-        if route == "orm":
-            session.add(m.Order(id=1))
-        elif route == "core":
-            session.execute(insert(m.Order), [{"id": 1, "note": "bulk"}])
-        else:
-            session.execute(text("INSERT INTO orders (id, note) VALUES (1, 'raw')"))
-        session.commit()
+    if route == "orm":
+        add(stator, m.Order(id=1))
+    elif route == "bulk":
+        add_many(stator, m.Order, [{"id": 1, "note": "bulk"}])
+    else:
+        run_sql(stator, "INSERT INTO orders (id, note) VALUES (1, 'raw')")
 
     row = load(stator, m.Order, 1)
     assert (row.state, row.state_attempts) == ("new", 0)
@@ -94,8 +201,7 @@ def test_start_after_delays_the_first_attempt(backend, clock, make_stator, build
     if route == "orm":
         add(stator, m.Order(id=1))
     else:
-        with stator.engine.begin() as conn:
-            conn.execute(text("INSERT INTO orders (id) VALUES (1)"))
+        run_sql(stator, "INSERT INTO orders (id) VALUES (1)")
 
     assert stator.run_once().claimed == 0
     clock.advance(500)  # the clock started a minute ahead of the insert
@@ -119,8 +225,7 @@ def test_a_long_start_after_is_scheduled_exactly(backend, clock, make_stator, bu
 
     m = build_models(Slow)
     stator = make_stator(backend, [m.Order], clock)
-    with stator.engine.begin() as conn:
-        conn.execute(text("INSERT INTO orders (id) VALUES (1)"))
+    run_sql(stator, "INSERT INTO orders (id) VALUES (1)")
     row = load(stator, m.Order, 1)
     assert row.state_next - row.state_changed == timedelta(seconds=1_234_567.5)
 
@@ -156,8 +261,7 @@ def test_rows_in_states_the_graph_does_not_know_are_left_alone(
 ):
     m = build_models(OneStep)
     stator = make_stator(backend, [m.Order], clock)
-    with stator.engine.begin() as conn:
-        conn.execute(text("INSERT INTO orders (id, state) VALUES (1, 'legacy')"))
+    run_sql(stator, "INSERT INTO orders (id, state) VALUES (1, 'legacy')")
 
     assert stator.run_once().claimed == 0
     legacy = states_of(stator)["legacy"]
@@ -426,10 +530,10 @@ def test_delete_after_deletes_only_after_the_delay_and_only_in_that_state(
     m = build_models(Parking)
     stator = make_stator(backend, [m.Order], clock)
     add(stator, m.Order(id=1), m.Order(id=2), m.Order(id=3))
-    assert stator.transition_many(m.Order, "parked", m.Order.id.in_([1, 2])) == 2
+    assert move_many(stator, m.Order, "parked", [1, 2]) == 2
 
     clock.advance(50)
-    assert stator.transition_many(m.Order, "kept", m.Order.id == 2) == 1
+    assert move_many(stator, m.Order, "kept", [2]) == 1
     clock.advance(49)
     stator.run_once()
     assert load(stator, m.Order, 1) is not None
@@ -454,10 +558,8 @@ def test_times_out_to_moves_rows_stuck_in_a_state(backend, clock, make_stator, b
     m = build_models(Approval)
     stator = make_stator(backend, [m.Order], clock)
     add(stator, m.Order(id=1), m.Order(id=2))
-    stator.transition_many(m.Order, "waiting")
-    with Session(stator.engine) as session:
-        session.get(m.Order, 2).transition_perform("approved", clock=clock)
-        session.commit()
+    move_many(stator, m.Order, "waiting")
+    move(stator, m.Order, 2, "approved")
 
     clock.advance(99)
     stator.run_once()
@@ -487,8 +589,7 @@ def test_an_initial_state_that_only_times_out_is_scheduled(
     if route == "orm":
         add(stator, m.Order(id=1))
     else:
-        with stator.engine.begin() as conn:
-            conn.execute(text("INSERT INTO orders (id) VALUES (1)"))
+        run_sql(stator, "INSERT INTO orders (id) VALUES (1)")
 
     stator.run_once()
     assert load(stator, m.Order, 1).state == "sent"
@@ -521,11 +622,8 @@ def test_state_history_records_every_transition(backend, clock, make_stator, bui
     assert load(stator, m.Order, 1).state_history == [["review", first.isoformat()]]
 
     second = clock.advance(30)
-    with Session(stator.engine) as session:
-        order = session.get(m.Order, 1)
-        order.transition_perform("done", clock=clock)
-        session.commit()
-        assert order.state_history == [["review", first.isoformat()], ["done", second.isoformat()]]
+    order = move(stator, m.Order, 1, "done")
+    assert order.state_history == [["review", first.isoformat()], ["done", second.isoformat()]]
 
     history = load(stator, m.Order, 1).state_history
     assert [state for state, _ in history] == ["review", "done"]
@@ -544,20 +642,19 @@ def test_handler_changes_commit_with_the_transition(backend, clock, make_stator,
         @classmethod
         def check_new(cls, order):
             order.note = "charged"
-            Session.object_session(order).add(m.Line(order_id=str(order.id), text="receipt"))
+            write_in_handler(order, m.Line(order_id=str(order.id), text="receipt"))
             return cls.done
 
     m = build_models(Charging)
     stator = make_stator(backend, [m.Order], clock)
-    m.Line.__table__.create(stator.engine)
+    create_table(stator, m.Line)
     add(stator, m.Order(id=1))
 
     report = stator.run_once()
     assert (report.transitions, report.lost) == (1, 0)
     row = load(stator, m.Order, 1)
     assert (row.state, row.note) == ("done", "charged")
-    with Session(stator.engine) as session:
-        assert session.scalars(select(m.Line.text)).all() == ["receipt"]
+    assert texts(stator, m.Line) == ["receipt"]
 
 
 def test_handler_changes_are_discarded_when_the_handler_fails(
@@ -571,22 +668,19 @@ def test_handler_changes_are_discarded_when_the_handler_fails(
         @classmethod
         def check_new(cls, order):
             order.note = "charged"
-            session = Session.object_session(order)
-            session.add(m.Line(order_id=str(order.id), text="receipt"))
-            session.flush()
+            write_in_handler(order, m.Line(order_id=str(order.id), text="receipt"))
             raise RuntimeError("card declined")
 
     m = build_models(Failing)
     stator = make_stator(backend, [m.Order], clock)
-    m.Line.__table__.create(stator.engine)
+    create_table(stator, m.Line)
     add(stator, m.Order(id=1))
 
     with pytest.raises(RuntimeError, match="card declined"):
         stator.run_once()
     row = load(stator, m.Order, 1)
     assert (row.state, row.state_attempts, row.note) == ("new", 1, None)
-    with Session(stator.engine) as session:
-        assert session.scalar(select(func.count()).select_from(m.Line)) == 0
+    assert texts(stator, m.Line) == []
 
 
 def test_handler_changes_are_discarded_when_the_row_moved_meanwhile(
@@ -603,24 +697,23 @@ def test_handler_changes_are_discarded_when_the_row_moved_meanwhile(
 
         @classmethod
         def check_new(cls, order):
+            # The application cancels it meanwhile (before the handler writes: on SQLite
+            # those writes hold the database's write lock until the handler's commit).
+            move_elsewhere(stator, m.Order, order.id, "cancelled")
             order.note = "charged"
-            Session.object_session(order).add(m.Line(order_id=str(order.id), text="receipt"))
-            with Session(stator.engine) as other:  # the application cancels it meanwhile
-                other.get(m.Order, order.id).transition_perform("cancelled", clock=clock)
-                other.commit()
+            write_in_handler(order, m.Line(order_id=str(order.id), text="receipt"))
             return cls.done
 
     m = build_models(Racing)
     stator = make_stator(backend, [m.Order], clock)
-    m.Line.__table__.create(stator.engine)
+    create_table(stator, m.Line)
     add(stator, m.Order(id=1))
 
     report = stator.run_once()
     assert (report.lost, report.transitions, report.errors) == (1, 0, 0)
     row = load(stator, m.Order, 1)
     assert (row.state, row.note) == ("cancelled", None)
-    with Session(stator.engine) as session:
-        assert session.scalar(select(func.count()).select_from(m.Line)) == 0
+    assert texts(stator, m.Line) == []
 
 
 def test_a_plain_result_is_lost_when_the_row_moved_meanwhile(
@@ -637,7 +730,7 @@ def test_a_plain_result_is_lost_when_the_row_moved_meanwhile(
 
         @classmethod
         def check_new(cls, order):
-            stator.transition_many(m.Order, "cancelled", m.Order.id == order.id)
+            move_elsewhere(stator, m.Order, order.id, "cancelled")
             return cls.done
 
     m = build_models(Racing)
@@ -696,16 +789,14 @@ def test_a_claim_cannot_write_after_the_application_moved_the_row(
     m = build_models(Parking)
     stator = make_stator(backend, [m.Order], clock)
     add(stator, m.Order(id=1))
-    stator.transition_many(m.Order, "parked")
+    move_many(stator, m.Order, "parked")
     clock.advance(100)
     tracked = stator.store.tracked[0]
     [(_, claim)] = stator.store.claim(tracked, clock.now(), 10)
     deletion = before_run(Parking, claim, clock.now())
     assert deletion is not None and deletion.delete
 
-    with Session(stator.engine) as session:
-        session.get(m.Order, 1).transition_perform("kept", clock=clock)
-        session.commit()
+    move(stator, m.Order, 1, "kept")
 
     assert stator.store.write_all([(tracked, [deletion])]) == {"orders": {1}}
     assert load(stator, m.Order, 1).state == "kept"
@@ -732,9 +823,8 @@ def test_claims_are_shared_fairly_between_states(backend, clock, make_stator, bu
 
     m = build_models(Busy)
     stator = make_stator(backend, [m.Order], clock, batch_size=20)
-    with stator.engine.begin() as conn:
-        conn.execute(insert(m.Order), [{"id": i} for i in range(1, 501)])
-        conn.execute(insert(m.Order), [{"id": i, "state": "b"} for i in range(501, 506)])
+    add_many(stator, m.Order, [{"id": i} for i in range(1, 501)])
+    add_many(stator, m.Order, [{"id": i, "state": "b"} for i in range(501, 506)])
 
     report = stator.run_once()
     assert report.claimed == 20
