@@ -53,14 +53,17 @@ def _seconds(value: Any, default: float | None) -> float | None:
     return float(value)
 
 
-def _option(name: str, default: float | None) -> float | None:
+def _option(name: str, default: float, *, none_is_forever: bool = False) -> float | None:
     """The largest value any Stator task backend sets for ``OPTIONS[name]``.
 
     The graph is a class, so its timings are fixed when it is created; with several Stator
-    backends the most lenient value wins (results kept longest, longest timeout)."""
+    backends the most lenient value wins (results kept longest, longest timeout).  A backend
+    that does not set it counts with ``default``; None is "for ever" if ``none_is_forever``
+    (``keep_results``), else the default."""
     values = [
-        _seconds(p.get("OPTIONS", {}).get(name), default) for p in _stator_backends()
-        if name in p.get("OPTIONS", {})
+        _seconds((p.get("OPTIONS") or {}).get(name, default),
+                 None if none_is_forever else default)
+        for p in _stator_backends()
     ]
     if not values:
         return default
@@ -69,7 +72,7 @@ def _option(name: str, default: float | None) -> float | None:
     return max(v for v in values if v is not None)
 
 
-KEEP_RESULTS = _option("keep_results", DEFAULT_KEEP_RESULTS)
+KEEP_RESULTS = _option("keep_results", DEFAULT_KEEP_RESULTS, none_is_forever=True)
 TIMEOUT = _option("timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT
 RETRY_AFTER = _option("retry_after", DEFAULT_RETRY_AFTER) or DEFAULT_RETRY_AFTER
 # A task past its timeout (or whose result could not be saved) is a failure of Stator's own:
