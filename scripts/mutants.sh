@@ -48,6 +48,8 @@ handler-settle|src/stator/_worker/_handlers.py|                    self._executo
 scope-kept-statement|src/stator/_store/_django.py|        self._ran = True|        pass|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks
 scope-kept-callback|src/stator/_store/_django.py|self._ran or self._wrote or conn.run_on_commit or|self._ran or self._wrote or|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks
 scope-kept-opt-in|src/stator/_store/_django.py|keep = self._park if getattr(self._local, "keep", False) else None|keep = self._park|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks
+probe-closes|src/stator/_worker/_wakeups.py|until it ends).\n            self._store.thread_done()|until it ends).\n            pass|tests/django/test_store_conditions.py::test_a_worker_with_persistent_connections_holds_a_bounded_number[writing-and-not]
+async-loop-closes|src/stator/_worker/_handlers.py|                loop.run_until_complete(self._executor.store.loop_done())|                pass|tests/django/test_store_conditions.py::test_async_handlers_may_use_the_async_orm[worker-pg]
 EOF
 )
 

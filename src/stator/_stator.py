@@ -176,7 +176,7 @@ class Stator:
         if not executor.before(task):
             return
         if task.tracked.graph.states[task.claimed.state].handler_is_async:
-            asyncio.run(executor.run_async(task))
+            asyncio.run(_run_async_inline(executor, task))
         else:
             executor.run_sync(task)
 
@@ -288,6 +288,15 @@ class Stator:
             "workers": [_jsonable(w) for w in workers],
             "errors": [_jsonable(e) for e in self.store.recent_errors(models=names)],
         }
+
+
+async def _run_async_inline(executor: Executor, task: Task) -> None:
+    """An async handler on an event loop of its own (``asyncio.run``), closed after it as
+    the worker's loop is (``Store.loop_done``)."""
+    try:
+        await executor.run_async(task)
+    finally:
+        await executor.store.loop_done()
 
 
 def _state_row(c: dict[str, Any], now: datetime) -> dict[str, Any]:

@@ -250,6 +250,14 @@ class DjangoStore(Store):
     def thread_done(self) -> None:
         connections[self.alias].close()
 
+    async def loop_done(self) -> None:
+        # The async ORM runs its queries in a thread of asgiref's (one for the process: no
+        # async_to_sync above the loop), where Django keeps a connection of its own: closed
+        # with the loop, as a worker thread's is with its thread.
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.thread_done)()
+
     def migrate(self) -> list[str]:
         """Stator's own tables and the wake-up triggers; the models' tables are Django's."""
         done: list[str] = []

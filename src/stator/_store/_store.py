@@ -121,6 +121,9 @@ class Store:
     def thread_done(self) -> None:
         """Called by each worker thread as it ends."""
 
+    async def loop_done(self) -> None:
+        """Awaited on an event loop that ran async handlers, as it ends."""
+
     # -- schema ----------------------------------------------------------------------------
 
     def migrate(self) -> list[str]:

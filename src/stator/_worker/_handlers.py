@@ -302,7 +302,10 @@ class HandlerPool:
         try:
             loop.run_forever()
         finally:
-            loop.close()
+            try:
+                loop.run_until_complete(self._executor.store.loop_done())
+            finally:
+                loop.close()
 
     async def _run_async(self, task: Task) -> None:
         assert self._async_slots is not None

@@ -133,7 +133,12 @@ class Listener:
         worker says so once and polls for new work, while still listening: should the
         notification arrive after all, it goes back to waking on notifications alone."""
         token = f"probe-{self._worker_id}"
-        self._store.send_notification(token)
+        try:
+            self._store.send_notification(token)
+        finally:
+            # Its only use of the store's connections: while it listens, this thread holds
+            # none but its LISTEN connection (Django's would stay open until it ends).
+            self._store.thread_done()
         started = time.monotonic()
         polling = False
         while not self._stop.is_set():
