@@ -1,13 +1,18 @@
 """Regenerate benchmarks/RESULTS.md and benchmarks/throughput.png from one full benchmark run.
 
     python benchmarks/report.py [--db URL] [--quick] [--no-run] [--skip-postgresql]
+    python benchmarks/report.py --django 3 [--db URL]
 
 Runs ``stator bench --json`` on SQLite and on PostgreSQL (``--db``: a server URL; the bench
 makes and drops its own databases there), saves the JSON lines under ``benchmarks/results/``,
 reads the peers' figures from ``benchmarks/results/peers.jsonl`` if that file exists
 (written by ``benchmarks/peers/run.py``), and writes the report: the machine, the main table,
 the issue's targets marked met or not, every scenario's figures, and a plot.  ``--no-run``
-rebuilds the report from the saved results without measuring again.
+rebuilds the report from the saved results without measuring again.  ``--django N`` measures
+only the Django store against the SQLAlchemy store (``stator bench --scenario django``), N
+times on each database, the databases alternated, into ``benchmarks/results/django_store.jsonl``
+(each line dated), and rebuilds the report: those runs then stand in for the full run's own
+``django`` lines.
 
 Needs the ``bench`` extra (matplotlib): ``pip install -e '.[bench]'``.
 """
@@ -34,6 +39,7 @@ REPORT = HERE / "RESULTS.md"
 KEPT = "<!-- kept: sections below are written by hand from other scripts; report.py keeps them -->"
 PLOT = HERE / "throughput.png"
 PEERS = RESULTS / "peers.jsonl"
+DJANGO_RUNS = RESULTS / "django_store.jsonl"
 DEFAULT_PG = os.environ.get("STATOR_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
 BACKENDS = ("sqlite", "postgresql")
@@ -52,9 +58,9 @@ Line = dict[str, Any]
 # -- running ---------------------------------------------------------------------------------
 
 
-def run_bench(backend: str, db: str, quick: bool) -> list[Line]:
+def run_bench(backend: str, db: str, quick: bool, *extra: str) -> list[Line]:
     """One ``stator bench --json`` run; its progress goes to this terminal."""
-    command = [*STATOR, "bench", "--json"]
+    command = [*STATOR, "bench", "--json", *extra]
     if quick:
         command.append("--quick")
     if backend == "postgresql":
@@ -78,6 +84,26 @@ def load(path: Path) -> list[Line]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def measure_django(db: str, runs: int, backends: list[str]) -> list[Line]:
+    """``runs`` Django-store runs per database, alternated so that a change in the machine's
+    speed during the measurement falls on both databases alike."""
+    measured: list[Line] = []
+    commit = _git_commit()
+    for _ in range(runs):
+        for backend in backends:
+            when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+            for line in run_bench(backend, db, False, "--scenario", "django"):
+                measured.append({**line, "measured": when, "git_commit": commit})
+    return measured
+
+
+def django_lines(lines: list[Line], runs: list[Line]) -> list[Line]:
+    """The full run's lines, with the separate Django-store runs (if any) in place of its own."""
+    if not runs:
+        return lines
+    return [ln for ln in lines if ln.get("scenario") != "django"] + runs
 
 
 # -- the machine -----------------------------------------------------------------------------
@@ -278,6 +304,8 @@ def main_table(lines: list[Line]) -> str:
                     v("throughput", "worker_cpu_s_per_1000", processes=1)),
         per_backend("database CPU s per 1,000 transitions (1 process; backends)",
                     v("throughput", "db_cpu_s_per_1000", processes=1)),
+        per_backend("Django store / SQLAlchemy store, same database (1 process; "
+                    "median of the runs below)", _django_ratio(lines)),
         per_backend("peak RSS of a worker (MB)", v("throughput", "peak_rss_mb", processes=1)),
         per_backend("commit → handler start, same process, p50/p95/p99 (ms)",
                     latency("same-process")),
@@ -298,6 +326,19 @@ def main_table(lines: list[Line]) -> str:
                     v("fanout", "rows_processed_per_second")),
     ]
     return table(["", "SQLite", "PostgreSQL"], rows)
+
+
+def _django_ratio(lines: list[Line]) -> Callable[[str], str | None]:
+    def get(backend: str) -> str | None:
+        ratios = sorted(ln["django_to_sqlalchemy"] for ln in lines
+                        if ln["scenario"] == "django" and ln["backend"] == backend
+                        and "django_to_sqlalchemy" in ln)
+        if not ratios:
+            return None
+        low, high = ratios[0], ratios[-1]
+        spread = f" ({low:.2f}-{high:.2f}, {len(ratios)} runs)" if len(ratios) > 1 else ""
+        return f"{ratios[len(ratios) // 2]:.2f}x{spread}"
+    return get
 
 
 def _scale_due(lines: list[Line]) -> str:
@@ -564,6 +605,13 @@ SECTIONS = [
      "counted in the worker; on PostgreSQL also the database's own transaction counter. On "
      "SQLite the worker also checks `PRAGMA data_version` on its own connection ten times a "
      "second to notice other processes' commits (not SQLAlchemy statements)."),
+    ("django", "Django store against the SQLAlchemy store",
+     "The same three-step graph of no-op handlers, 20,000 rows, drained by one worker process "
+     "through the Django store (`manage.py runstator`'s worker over Django's connections; "
+     "best of two runs) and through the SQLAlchemy store (the throughput scenario's one-process "
+     "run), on the same database. Issue #9 asks for the Django store within 0.8x. When "
+     "`benchmarks/results/django_store.jsonl` exists (`python benchmarks/report.py --django "
+     "3`), its runs, alternated between the databases and dated, stand in for the full run's."),
     ("memory", "Memory",
      "RSS of one worker process sampled while it drains the graph; growth = median of the "
      "last quarter of the samples - median of the second quarter."),
@@ -580,10 +628,14 @@ def main() -> None:
     parser.add_argument("--no-run", action="store_true",
                         help="rebuild the report from benchmarks/results/ only")
     parser.add_argument("--skip-postgresql", action="store_true")
+    parser.add_argument("--django", type=int, metavar="N", default=0,
+                        help="measure only the Django store, N runs per database")
     args = parser.parse_args()
     backends = ["sqlite"] if args.skip_postgresql else list(BACKENDS)
     meta_path = RESULTS / "meta.json"
-    if not args.no_run:
+    if args.django:
+        save(DJANGO_RUNS, measure_django(args.db, args.django, backends))
+    elif not args.no_run:
         meta: dict[str, Any] = {"quick": args.quick, "load_before": _load()}
         began, timings = time.monotonic(), []
         for backend in backends:
@@ -596,6 +648,7 @@ def main() -> None:
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"machine": machine(None)}
     lines = [line for b in BACKENDS for line in load(RESULTS / f"{b}.jsonl")]
+    lines = django_lines(lines, load(DJANGO_RUNS))
     REPORT.write_text(render(lines, load(PEERS), meta) + kept_sections())
     plot(lines, PLOT)
     print(f"wrote {REPORT.relative_to(HERE.parent)} and {PLOT.relative_to(HERE.parent)}",

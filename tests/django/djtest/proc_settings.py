@@ -1,5 +1,7 @@
 """Settings for the process tests: the database comes from the environment
-(``DJTEST_SQLITE``: a file; or ``DJTEST_PG``: a PostgreSQL database name)."""
+(``DJTEST_SQLITE``: a file; or ``DJTEST_PG``: a PostgreSQL database name), and so may the
+package the ``orders`` app's migrations are written to (``DJTEST_MIGRATIONS``: the tests run
+``makemigrations`` and ``migrate`` there, as a project would)."""
 
 import os
 
@@ -25,3 +27,5 @@ if os.environ.get("DJTEST_PG_POOLED"):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 if os.environ.get("DJTEST_LISTEN_URL"):  # wake-ups straight to the server, past the pooler
     STATOR = {**STATOR, "LISTEN_URL": os.environ["DJTEST_LISTEN_URL"]}  # noqa: F405
+if os.environ.get("DJTEST_MIGRATIONS"):
+    MIGRATION_MODULES = {"orders": os.environ["DJTEST_MIGRATIONS"]}
