@@ -50,6 +50,7 @@ scope-kept-callback|src/stator/_store/_django.py|self._ran or self._wrote or con
 scope-kept-opt-in|src/stator/_store/_django.py|keep = self._park if getattr(self._local, "keep", False) else None|keep = self._park|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks
 probe-closes|src/stator/_worker/_wakeups.py|until it ends).\n            self._store.thread_done()|until it ends).\n            pass|tests/django/test_store_conditions.py::test_a_worker_with_persistent_connections_holds_a_bounded_number[writing-and-not]
 async-loop-closes|src/stator/_worker/_handlers.py|                loop.run_until_complete(self._executor.store.loop_done())|                pass|tests/django/test_store_conditions.py::test_async_handlers_may_use_the_async_orm[worker-pg]
+async-error-drop|src/stator/_execute.py|            await self.store.after_async_error()|            pass|tests/django/test_store_conditions.py::test_async_handlers_get_a_new_connection_once_theirs_is_lost
 EOF
 )
 

@@ -153,6 +153,7 @@ class Executor:
         except Exception as exc:
             outcome = _failure("error", exc)
             task.error = exc
+            await self.store.after_async_error()
         await asyncio.to_thread(self._conclude, task, session, outcome)
 
     def _invoke(self, task: Task) -> Outcome:

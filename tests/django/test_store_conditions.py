@@ -7,7 +7,8 @@
   a transaction begun with ``BEGIN IMMEDIATE``, whatever ``transaction_mode`` and
   ``CONN_MAX_AGE`` say, also on a connection Django closed and reopened mid-cycle.
 - Handlers that write nothing share one batched write-back, with no commit of their own.
-- Async handlers may use the async ORM: their rows persist.
+- Async handlers may use the async ORM: their rows persist, and a connection of theirs that
+  was lost is replaced.
 - An idle ``manage.py runstator`` on a SQLite file picks up another process's insert well
   before its own heartbeat would have woken it.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connections, models
 from django.db.backends.signals import connection_created
 from django.test.utils import isolate_apps, override_settings
@@ -385,6 +387,77 @@ def test_async_handlers_may_use_the_async_orm(
     notes = set(Order.objects.using(alias).values_list("note", flat=True))
     assert notes == {f"async {pk}" for pk in pks}
     assert set(Job.objects.using(alias).values_list("state", flat=True)) == {"done"}
+
+
+class LostLinkStates(StateGraph):
+    """As ``AsyncJobStates``; a job of kind "kill" first ends its own connection's server
+    process (what a server restart does to it), and fails on it."""
+
+    waiting = State(retry_after=3600)
+    done = State()
+    waiting.transitions_to(done)
+
+    @classmethod
+    async def check_waiting(cls, job: Any) -> Any:
+        db = job._state.db
+        if job.kind == "kill":
+            await sync_to_async(_end_own_server_process)(db)
+        await Order.objects.using(db).acreate(note=f"async {job.pk}")
+        return cls.done
+
+
+def _end_own_server_process(alias: str) -> None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+with isolate_apps("djtest.orders"):
+
+    class LostLinkJob(StatorModel):
+        state_graph = LostLinkStates
+        kind = models.CharField(max_length=20, default="ok")
+
+        class Meta:
+            app_label = "orders"
+            db_table = "orders_job"
+            managed = False
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+def test_async_handlers_get_a_new_connection_once_theirs_is_lost() -> None:
+    """The async ORM's connection lives in a thread of asgiref's for the worker's whole run;
+    once its server process is gone, the next async handlers must not all fail on it."""
+    alias = "pg"
+    jobs = Job.objects.using(alias)
+    killer = jobs.create(kind="kill")
+    worker = build_stator(models=[LostLinkJob], alias=alias, concurrency=2).worker()
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            worker.store.thread_done()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        _wait_for(lambda: jobs.get(pk=killer.pk).state_attempts == 1, "the lost connection")
+        pks = {j.pk for j in jobs.bulk_create([Job() for _ in range(3)])}
+        _wait_for(lambda: jobs.filter(pk__in=pks, state="done").count() == 3,
+                  "the jobs after it")
+    finally:
+        worker.stop()
+        runner.join(60)
+    assert jobs.get(pk=killer.pk).state == "waiting"
+    notes = set(Order.objects.using(alias).values_list("note", flat=True))
+    assert notes == {f"async {pk}" for pk in pks}
 
 
 # -- 5. SQLite: another process's insert wakes an idle runstator -----------------------------

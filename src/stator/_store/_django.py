@@ -258,6 +258,18 @@ class DjangoStore(Store):
 
         await sync_to_async(self.thread_done)()
 
+    async def after_async_error(self) -> None:
+        # The error may have come from that connection dying (a restarted server, a failover).
+        # Outside a request nothing else would ever drop it, and every later async handler
+        # would fail on it: Django's own check closes it if it is no longer usable.
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self._drop_if_broken)()
+
+    def _drop_if_broken(self) -> None:
+        # Looked up here, in asgiref's thread: that thread's connection, not the caller's.
+        connections[self.alias].close_if_unusable_or_obsolete()
+
     def migrate(self) -> list[str]:
         """Stator's own tables and the wake-up triggers; the models' tables are Django's."""
         done: list[str] = []

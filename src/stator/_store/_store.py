@@ -124,6 +124,9 @@ class Store:
     async def loop_done(self) -> None:
         """Awaited on an event loop that ran async handlers, as it ends."""
 
+    async def after_async_error(self) -> None:
+        """Awaited after an async handler raised, on the loop that ran it."""
+
     # -- schema ----------------------------------------------------------------------------
 
     def migrate(self) -> list[str]:
