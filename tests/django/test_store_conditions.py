@@ -128,14 +128,19 @@ def _worker_connections(alias: str, run: Callable[[], None]) -> tuple[int, int, 
 
 
 def _run_worker(models: list[type], alias: str) -> Callable[[], None]:
-    worker = build_stator(models=models, alias=alias, concurrency=CONCURRENCY).worker(
-        until_idle=True)
+    return _running(build_stator(models=models, alias=alias, concurrency=CONCURRENCY).worker(
+        until_idle=True))
+
+
+def _running(worker: Any) -> Callable[[], None]:
+    """Run ``worker``, then close the connection of the thread that ran it (as runstator's
+    main thread does)."""
 
     def run() -> None:
         try:
             worker.run()
         finally:
-            worker.store.thread_done()  # the thread that ran it (as runstator's main thread)
+            worker.store.thread_done()
 
     return run
 
@@ -438,14 +443,7 @@ def test_async_handlers_get_a_new_connection_once_theirs_is_lost() -> None:
     jobs = Job.objects.using(alias)
     killer = jobs.create(kind="kill")
     worker = build_stator(models=[LostLinkJob], alias=alias, concurrency=2).worker()
-
-    def run() -> None:
-        try:
-            worker.run()
-        finally:
-            worker.store.thread_done()
-
-    runner = threading.Thread(target=run)
+    runner = threading.Thread(target=_running(worker))
     runner.start()
     try:
         _wait_for(lambda: jobs.get(pk=killer.pk).state_attempts == 1, "the lost connection")
