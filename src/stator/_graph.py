@@ -228,6 +228,24 @@ class StateGraph:
                 yield state, child
 
 
+def role(state: State | None) -> str:
+    """What a state is, for its node's class: initial, automatic, external, terminal,
+    exhausted (a give-up target), or unknown (a name no longer in the graph)."""
+    if state is None:
+        return "unknown"
+    graph = state.graph
+    exhausted = any(s.exhausted_to is state for s in graph.states.values())
+    if exhausted:
+        return "exhausted"
+    if state is graph.initial_state:
+        return "initial"
+    if state.terminal:
+        return "terminal"
+    if state.externally_progressed:
+        return "external"
+    return "automatic"
+
+
 def _link_edges(cls: type[StateGraph], states: dict[str, State]) -> None:
     members = {id(s) for s in states.values()}
     for state in states.values():

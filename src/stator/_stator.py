@@ -15,9 +15,8 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from ._clock import Clock, SystemClock
-from ._drawing import role as _role
 from ._execute import Executor, Task
-from ._graph import State
+from ._graph import State, role
 from ._policy import Write
 from ._store import Store, TrackedModel
 from ._worker import RunSummary, Worker, WorkerOptions
@@ -269,7 +268,7 @@ class Stator:
         for tracked in self.store.tracked:
             graph = tracked.graph
             states = [
-                {**_state_row(c, now), "role": _role(graph.states.get(c["state"]))}
+                {**_state_row(c, now), "role": role(graph.states.get(c["state"]))}
                 for c in counts if c["model"] == tracked.name
             ]
             models.append({

@@ -13,9 +13,9 @@ from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
 from stator import ManualClock, Stator
+from stator._drawing import layout, to_svg
 from stator._store import _dashboard
 from stator.dashboard import _auth
-from stator.dashboard._drawing import layout, to_svg
 
 from .flow import Flow
 

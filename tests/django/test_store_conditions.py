@@ -59,18 +59,17 @@ class AsyncJobStates(StateGraph):
         return cls.done
 
 
-with isolate_apps("djtest.orders"):
+def job_model(name: str, graph: type[StateGraph]) -> Any:
+    """``orders_job`` run by ``graph``: a model of its own, out of the app registry."""
+    meta = type("Meta", (), {"app_label": "orders", "db_table": "orders_job", "managed": False})
+    with isolate_apps("djtest.orders"):
+        return type(name, (StatorModel,), {
+            "__module__": __name__, "Meta": meta, "state_graph": graph,
+            "kind": models.CharField(max_length=20, default="ok"),
+        })
 
-    class AsyncJob(StatorModel):
-        """``orders_job`` run by an async graph (its own model, out of the app registry)."""
 
-        state_graph = AsyncJobStates
-        kind = models.CharField(max_length=20, default="ok")
-
-        class Meta:
-            app_label = "orders"
-            db_table = "orders_job"
-            managed = False
+AsyncJob = job_model("AsyncJob", AsyncJobStates)
 
 
 @pytest.fixture
@@ -416,16 +415,7 @@ def _end_own_server_process(alias: str) -> None:
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
 
-with isolate_apps("djtest.orders"):
-
-    class LostLinkJob(StatorModel):
-        state_graph = LostLinkStates
-        kind = models.CharField(max_length=20, default="ok")
-
-        class Meta:
-            app_label = "orders"
-            db_table = "orders_job"
-            managed = False
+LostLinkJob = job_model("LostLinkJob", LostLinkStates)
 
 
 def _wait_for(condition: Callable[[], bool], what: str) -> None:

@@ -517,7 +517,7 @@ class AtomicScope:
         """Whether the handler left the block as it found it (see the class docstring)."""
         conn = self.conn
         return not (
-            self._ran or self._wrote or conn.run_on_commit or conn.needs_rollback
+            self._ran or conn.run_on_commit or conn.needs_rollback
             or conn.savepoint_ids or len(conn.atomic_blocks) != self._depth
             or conn.connection is None
         )

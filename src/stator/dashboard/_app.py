@@ -25,7 +25,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._diagram import to_mermaid
-from .._drawing import edge_key, node_key, role, to_svg
+from .._drawing import edge_key, node_key, to_svg
+from .._graph import role
 from .._stator import LIVE_AFTER, Stator
 from .._store import TrackedModel, _dashboard
 from ..errors import TransitionConflict, TransitionError

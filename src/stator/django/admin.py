@@ -20,8 +20,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .._diagram import to_dot, to_mermaid
-from .._drawing import extent, layout, role, to_svg
-from .._graph import State, StateGraph
+from .._drawing import extent, layout, to_svg
+from .._graph import State, StateGraph, role
 from .._store._django import retry_now
 from ._ops_models import StatorError, StatorWorker
 
