@@ -242,6 +242,38 @@ def test_bad_input_fails_at_enqueue(tasks: str) -> None:
     assert not StatorTask.objects.using(tasks).exists()
 
 
+@pytest.mark.parametrize("poison", [
+    pytest.param(["a\x00b"], id="nul"), pytest.param({"x\x00": 1}, id="nul-in-key"),
+    pytest.param("\udc80", id="lone-surrogate"), pytest.param(float("nan"), id="nan"),
+    pytest.param([float("inf")], id="infinity"),
+])
+def test_an_argument_the_database_would_refuse_leaves_the_transaction_usable(
+    tasks: str, poison: Any
+) -> None:
+    """PostgreSQL refuses these in jsonb and aborts the transaction; SQLite would store
+    them.  Both refuse them before the INSERT, with Django's error for a bad value."""
+    with transaction.atomic(using=tasks):
+        with pytest.raises(ValueError, match=r"NUL character|lone surrogate|JSON cannot hold"):
+            tasks_jobs.add.enqueue(poison, 1)
+        order = Order.objects.using(tasks).create(paid=True)  # the block still writes
+        kept = tasks_jobs.add.enqueue(order.pk, 1)
+    assert Order.objects.using(tasks).filter(pk=order.pk).exists()
+    assert list(StatorTask.objects.using(tasks).values_list("pk", flat=True)) == [kept.id]
+
+
+def test_arguments_over_the_size_limit_are_refused_at_enqueue(tasks: str) -> None:
+    with pytest.raises(ValueError, match="over the backend's limit of 1048576"):
+        tasks_jobs.add.enqueue("é" * (512 * 1024), 1)  # 1 MiB of UTF-8, and a bit
+    tasks_jobs.add.enqueue("é" * (512 * 1024 - 40), 1)
+    small = {"default": {"BACKEND": BACKEND, "OPTIONS": {"max_arguments_bytes": 64}}}
+    with override_settings(TASKS=small), pytest.raises(ValueError, match="limit of 64 "):
+        tasks_jobs.add.enqueue("x" * 64, 1)
+    unlimited = {"default": {"BACKEND": BACKEND, "OPTIONS": {"max_arguments_bytes": None}}}
+    with override_settings(TASKS=unlimited):
+        tasks_jobs.add.enqueue("x" * (2 * 1024 * 1024), 1)
+    assert StatorTask.objects.using(tasks).count() == 2
+
+
 def test_context_async_and_unserialisable_results(tasks: str, clock: ManualClock) -> None:
     attempt = tasks_jobs.attempt_number.enqueue()
     summed = tasks_jobs.async_add.enqueue(20, 22)

@@ -31,10 +31,10 @@ def test_backend_on_django_without_tasks_fails_the_check_clearly() -> None:
 def test_bad_options_are_named_by_the_check() -> None:
     from django.tasks import task_backends
 
-    options = {"max_attempts": 0, "keep_results": "a week"}
+    options = {"max_attempts": 0, "keep_results": "a week", "max_arguments_bytes": "1 MiB"}
     with override_settings(TASKS={"default": {"BACKEND": BACKEND, "OPTIONS": options}}):
         assert check_task_backend() == []
         ids = [m.id for m in task_backends["default"].check()]
-        assert ids == ["stator.E022", "stator.E023"]
+        assert ids == ["stator.E022", "stator.E024", "stator.E023"]
     with override_settings(TASKS={"default": {"BACKEND": BACKEND}}):
         assert task_backends["default"].check() == []

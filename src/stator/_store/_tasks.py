@@ -30,6 +30,56 @@ INSERT_COLUMNS = (
 )
 INSERT_JSON = ("args_kwargs", "errors", "worker_ids")
 INSERT_TIMES = ("run_after", "enqueued_at", "state_next")
+MAX_ARGUMENTS_BYTES = 1024 * 1024  # the default of OPTIONS["max_arguments_bytes"]
+
+
+def check_arguments(args: Any, kwargs: Any, max_bytes: int | None) -> None:
+    """Refuse, with ``ValueError``, task arguments the database would refuse or should not
+    hold, before anything is sent to it.
+
+    PostgreSQL refuses NUL characters, lone surrogates and NaN/infinity in ``jsonb``, and its
+    refusal aborts the caller's whole transaction; SQLite would store them.  Checking here
+    keeps the caller's transaction usable and both databases alike.  ``max_bytes`` (None: no
+    limit) bounds the arguments' JSON, in UTF-8: a task row is read whole by every worker
+    that runs it and every page that shows it."""
+    _check_storable(args, "args")
+    _check_storable(kwargs, "kwargs")
+    if max_bytes is None:
+        return
+    size = len(json.dumps({"args": args, "kwargs": kwargs}, ensure_ascii=False).encode())
+    if size > max_bytes:
+        raise ValueError(
+            f"task arguments are {size} bytes as JSON, over the backend's limit of "
+            f"{max_bytes} (OPTIONS['max_arguments_bytes']); pass a reference (a primary key, "
+            "a file name) instead"
+        )
+
+
+def _check_storable(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        _check_text(value, where)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"task {where} is {value!r}, which JSON cannot hold")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                _check_text(key, f"{where} (a key)")
+            _check_storable(item, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_storable(item, f"{where}[{i}]")
+
+
+def _check_text(text: str, where: str) -> None:
+    if "\x00" in text:
+        raise ValueError(f"task {where} holds a NUL character (\\x00), which PostgreSQL "
+                         "cannot store in JSON")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"task {where} holds a lone surrogate, which is not valid "
+                         "Unicode") from None
 
 
 def insert_sql(table: str, vendor: str, due: bool) -> str:

@@ -12,7 +12,13 @@ and a task enqueued by a Stator handler commits with that handler's transition.
 
 OPTIONS: ``max_attempts`` (1: no retry; failed attempts back off exponentially from
 ``retry_after``, 10 s), ``keep_results`` (seconds or a timedelta, 7 days; None keeps them),
-``timeout`` (seconds a task may run, 30; its lease is twice that).
+``timeout`` (seconds a task may run, 30; its lease is twice that), ``max_arguments_bytes``
+(the largest arguments' JSON ``enqueue`` accepts, in UTF-8 bytes; 1 MiB; None: no limit).
+
+Arguments the database could not store (a NUL character, a lone surrogate, NaN or infinity)
+or over ``max_arguments_bytes`` are refused by ``enqueue`` with ``ValueError``, as Django
+refuses values JSON cannot hold (``TypeError`` for a type, ``ValueError`` for a value),
+before anything is sent to the database: the caller's transaction stays usable.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from .._store._tasks import MAX_ARGUMENTS_BYTES, check_arguments
+
 if TYPE_CHECKING:
     from ._task_model import StatorTask
 
@@ -55,6 +63,11 @@ class StatorBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.max_attempts = int(self.options.get("max_attempts", 1))
+        limit = self.options.get("max_arguments_bytes", MAX_ARGUMENTS_BYTES)
+        # A bad value fails ``manage.py check`` (E024); meanwhile the default applies.
+        self.max_arguments_bytes: int | None = (
+            limit if limit is None or _whole_bytes(limit) else MAX_ARGUMENTS_BYTES
+        )
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -71,11 +84,14 @@ class StatorBackend(BaseTaskBackend):
         return result
 
     def _new_result(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        # TaskResult refuses arguments JSON cannot hold, with Django's own error.
-        return _result(
+        # TaskResult refuses arguments JSON cannot hold, with Django's own error; then the
+        # values PostgreSQL would refuse (aborting the caller's transaction) and the size.
+        result = _result(
             task, uuid.uuid4().hex, TaskResultStatus.READY, self.alias, args, kwargs,
             enqueued_at=timezone.now(),
         )
+        check_arguments(result.args, result.kwargs, self.max_arguments_bytes)
+        return result
 
     def _store(self, task: Task, result: TaskResult) -> None:
         """Insert the task's row through the caller's connection, so it joins the caller's
@@ -145,6 +161,13 @@ class StatorBackend(BaseTaskBackend):
                 f">= 1, not {max_attempts!r}.",
                 id="stator.E022",
             ))
+        limit = self.options.get("max_arguments_bytes", MAX_ARGUMENTS_BYTES)
+        if limit is not None and not _whole_bytes(limit):
+            found.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['max_arguments_bytes'] must be a whole "
+                f"number of bytes >= 1 or None, not {limit!r}.",
+                id="stator.E024",
+            ))
         for name in ("keep_results", "timeout", "retry_after"):
             value = self.options.get(name)
             if value is not None and not isinstance(value, int | float | timedelta):
@@ -154,6 +177,10 @@ class StatorBackend(BaseTaskBackend):
                     id="stator.E023",
                 ))
         return found
+
+
+def _whole_bytes(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _database() -> str:
