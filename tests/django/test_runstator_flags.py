@@ -168,6 +168,37 @@ def test_queue_runs_only_that_queues_tasks(alias: str, tasks: str) -> None:
     assert tasks_jobs.add.get_result(default.id).return_value == 2
 
 
+@needs_tasks
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["pg"])
+def test_until_idle_leaves_a_task_another_session_holds_locked(
+    alias: str, tasks: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due task locked by the application (``SELECT … FOR UPDATE`` in another session) is
+    not the worker's to wait for: ``--until-idle`` runs the rest and exits."""
+    import psycopg
+    import tasks_jobs
+    from django.db import connections
+    from django.tasks import TaskResultStatus
+
+    from stator import _cli
+
+    locked = tasks_jobs.add.enqueue(1, 1)
+    free = tasks_jobs.add.enqueue(2, 2)
+    summaries: list[Any] = []
+    serve = _cli.serve
+    monkeypatch.setattr(_cli, "serve", lambda *a: summaries.append(serve(*a)) or summaries[-1])
+    db = connections[alias].settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
+                         dbname=db["NAME"]) as other:
+        other.execute("SELECT 1 FROM stator_tasks WHERE id = %s FOR UPDATE", [locked.id])
+        runstator("--until-idle", "--idle-window", "0.2", "-r", "60")
+        other.rollback()
+    assert summaries[0].reason == "idle"  # not "run-for elapsed"
+    assert tasks_jobs.add.get_result(free.id).return_value == 4
+    assert tasks_jobs.add.get_result(locked.id).status == TaskResultStatus.READY
+
+
 # -- in real processes: -r, -v, SIGTERM ----------------------------------------------------------
 
 

@@ -496,15 +496,26 @@ class Store:
             for w in writes if w.failure is not None
         ])
 
-    def next_due(self, tracked: Iterable[TrackedModel]) -> datetime | None:
-        """The earliest time any row of these models needs the engine (leases included)."""
+    def next_due(
+        self, tracked: Iterable[TrackedModel], claimable_at: datetime | None = None
+    ) -> datetime | None:
+        """The earliest time any row of these models needs the engine (leases included).
+
+        With ``claimable_at``, rows due by then that another session holds locked are left
+        out, as a claim at that time would pass them by (PostgreSQL): for ``until_idle``,
+        such rows are not this worker's to wait for."""
         earliest: datetime | None = None
         with self.engine.connect().execution_options(**READ) as conn:
             for t in tracked:
                 sql = t.sql.get("next_due")
+                params: dict[str, Any] = {}
+                if claimable_at is not None and "next_claimable" in t.sql:
+                    sql = t.sql["next_claimable"]
+                    params["now"] = self.dialect.ts(claimable_at)
                 if sql is None:
                     continue
-                for (value,) in conn.execute(text(f"SELECT min(due) FROM ({sql}) AS d")):
+                query = text(f"SELECT min(due) FROM ({sql}) AS d")
+                for (value,) in conn.execute(query, params):
                     due = self._datetime.process_result_value(value, conn.dialect)
                     if due is not None and (earliest is None or due < earliest):
                         earliest = due

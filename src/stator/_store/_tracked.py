@@ -136,6 +136,8 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
             f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
             for name in scheduled
         )
+        if d.skip_locked:
+            sql["next_claimable"] = _next_claimable_sql(table, scheduled, d, extra)
     columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
     source = d.batch_source(columns)
     history = ""
@@ -161,6 +163,21 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
     )
     return sql
+
+
+def _next_claimable_sql(table: str, states: list[str], d: SqlDialect, extra: str) -> str:
+    """``next_due`` as a claim sees it: a row due by ``:now`` that another session holds
+    locked (the application's ``SELECT … FOR UPDATE``, another worker mid-claim) is passed by,
+    exactly as the claim's ``SKIP LOCKED`` passes it by; rows not due yet all count.  Only
+    the first unlocked due row of each state is locked, for the rest of this read."""
+    return " UNION ALL ".join(
+        f"SELECT * FROM (SELECT state_next AS due FROM {table} WHERE state = '{name}' "
+        f"AND state_next IS NOT NULL AND state_next <= :now{extra} "
+        f"ORDER BY state_next LIMIT 1{d.skip_locked}) AS n{i} "
+        f"UNION ALL SELECT min(state_next) AS due FROM {table} "
+        f"WHERE state = '{name}' AND state_next > :now{extra}"
+        for i, name in enumerate(states)
+    )
 
 
 def _literal(text: str) -> str:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _metrics, _wake
+from .. import _backoff, _metrics, _wake
 from .._board import Board, ThreadState
 from .._broken import Broken, DatabaseUnusable, first_line, is_incurable
 from .._clock import Clock
@@ -33,6 +33,10 @@ from ._wakeups import Listener
 from ._writer import FLUSH_DELAY, Writer
 
 MAX_SLEEP = 30.0
+# Rows due that a claim passed by (locked by another session) are looked at again after this
+# back-off, doubling per empty claim: a lock held for minutes costs a claim a second, not 100.
+PASSED_BY_FIRST = 0.01
+PASSED_BY_CAP = 1.0
 COORDINATOR = "stator-coordinator"  # its name on the board
 
 
@@ -77,6 +81,8 @@ class Worker:
         # while it waits for them (``_guarded``), so they count as the coordinator's too.
         self._maybe_due = True  # set by any thread (wake), cleared by the coordinator only
         self._next_due: datetime | None = None
+        self._passed_by = 0  # consecutive empty claims with rows due (held by other sessions)
+        self._look_again_at = 0.0  # monotonic: claim rows passed by again from then on
         self._rr = 0
         self._outage = Outage("worker")
         self._failures = FailureLog()
@@ -257,10 +263,24 @@ class Worker:
             got += len(rows)
             if got >= room:
                 break
-        if not got:
+        if got:
+            self._passed_by = 0
+        else:
             self._maybe_due = False
             self._next_due = self.store.next_due(self._healthy())
+            self._back_off_if_passed_by(now)
         return got > 0
+
+    def _back_off_if_passed_by(self, claimed_at: datetime) -> None:
+        """Rows due at the claim that it did not get are held by another session (its
+        ``SELECT … FOR UPDATE``, or another worker mid-claim): look again later, later each
+        time, rather than spin for as long as the lock is held.  New work still wakes us."""
+        if self._next_due is None or self._next_due > claimed_at:
+            self._passed_by = 0
+            return
+        self._passed_by += 1
+        wait = _backoff.delay(self._passed_by, PASSED_BY_FIRST, PASSED_BY_CAP)
+        self._look_again_at = time.monotonic() + wait
 
     # -- results ---------------------------------------------------------------------------
 
@@ -303,8 +323,9 @@ class Worker:
         )
 
     def _idle(self) -> bool:
-        """True when nothing is due within the idle window (checked fresh)."""
-        due = self.store.next_due(self._healthy())
+        """True when nothing this worker could claim is due within the idle window (checked
+        fresh): rows other sessions hold locked are theirs, not ours to wait for."""
+        due = self.store.next_due(self._healthy(), claimable_at=self.clock.now())
         self._next_due = due
         window = self.clock.now() + timedelta(seconds=self.options.idle_window)
         return due is None or due > window
@@ -334,10 +355,10 @@ class Worker:
         elif self._next_due is not None and not self._maybe_due:
             wait = (self._next_due - self.clock.now()).total_seconds()
             if wait <= 0:
-                # Due but not claimable just now (another worker is mid-claim): look again
-                # shortly rather than spinning.
-                self._maybe_due = True
-                wait = 0.01
+                # Due but passed by (held by another session): look again after the back-off.
+                wait = self._look_again_at - time.monotonic()
+                if wait <= 0:
+                    self._maybe_due = True
             waits.append(wait)
         if self.options.until_idle and self._quiet():
             waits.append(self.options.idle_window / 4)
