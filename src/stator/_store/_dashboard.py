@@ -49,6 +49,7 @@ from ..errors import TransitionConflict, TransitionError
 from . import _schema
 from ._dialects import BEGIN_OPTION
 from ._tracked import TrackedModel
+from ._unreadable import readable_time
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -96,14 +97,14 @@ def _exact_counts(
     rows = conn.execute(text(
         f"SELECT state, count(*), "
         f"sum(CASE WHEN state_next <= :now THEN 1 ELSE 0 END), "
-        f"min(CASE WHEN state_next <= :now THEN state_next END), "
+        f"{store.dialect.readable_time('min(CASE WHEN state_next <= :now THEN state_next END)')}, "
         f"sum(CASE WHEN state_attempts > 0 THEN 1 ELSE 0 END) "
         f"FROM {t.quoted_table} GROUP BY state ORDER BY state"
     ), {"now": store.dialect.ts(now)})
     return [
         {
             "model": t.name, "state": state, "rows": int(count), "due": int(due or 0),
-            "oldest_due": store._datetime.process_result_value(oldest, conn.dialect),
+            "oldest_due": readable_time(store, oldest, conn.dialect, now),
             "failing": int(failing or 0), "known": state in t.graph.states,
             "estimated": False,
         }
@@ -145,10 +146,11 @@ def _estimated_counts(
                 f"SELECT count(*) FROM (SELECT 1 FROM {t.quoted_table} WHERE state = :s "
                 f"AND state_next IS NOT NULL AND state_next <= :now LIMIT {DUE_CAP}) AS d"
             ), {"s": state, "now": store.dialect.ts(now)}).scalar_one())
-            oldest = store._datetime.process_result_value(conn.execute(text(
-                f"SELECT min(state_next) FROM {t.quoted_table} WHERE state = :s "
+            oldest = readable_time(store, conn.execute(text(
+                f"SELECT {store.dialect.readable_time('min(state_next)')} "
+                f"FROM {t.quoted_table} WHERE state = :s "
                 f"AND state_next IS NOT NULL AND state_next <= :now"
-            ), {"s": state, "now": store.dialect.ts(now)}).scalar(), conn.dialect)
+            ), {"s": state, "now": store.dialect.ts(now)}).scalar(), conn.dialect, now)
             if state not in share:  # too rare for the statistics: count it, capped
                 rows = int(conn.execute(text(
                     f"SELECT count(*) FROM (SELECT 1 FROM {t.quoted_table} WHERE state = :s "

@@ -56,6 +56,11 @@ class SqlDialect:
         the keys, then one row whose key is NULL.  None where there is no NOTIFY."""
         return None
 
+    def readable_time(self, expr: str) -> str:
+        """``expr`` (a timestamp) as a reader of due times selects it: within what the driver
+        can load (see ``_unreadable``)."""
+        return expr
+
     def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
         """Set per-connection behaviour the engine relies on (``timeouts``: the states'
         handler deadlines, which bound how long a transaction may legitimately sit idle)."""
@@ -118,6 +123,12 @@ class PostgresDialect(SqlDialect):
             "jsonb_build_array(jsonb_build_array(v.state, v.changed_iso)) "
             f"AS {history_type})"
         )
+
+    def readable_time(self, expr: str) -> str:
+        # psycopg refuses infinity and years outside 1..9999 (valid timestamptz values): one
+        # too early is due long ago, one too late is never.
+        low, high = "CAST('0001-01-02' AS timestamptz)", "CAST('9999-12-30' AS timestamptz)"
+        return f"CASE WHEN {expr} < {low} THEN {low} WHEN {expr} <= {high} THEN {expr} END"
 
     def notify_sql(self) -> str | None:
         return f"SELECT pg_notify('{NOTIFY_CHANNEL}', :table)"

@@ -45,7 +45,7 @@ from .._policy import Claimed, Write, first_due
 from .._types import UTCDateTime, to_sqlite_text
 from ..errors import ConfigError, SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
-from . import _dashboard, _schema
+from . import _dashboard, _schema, _unreadable
 from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for, with_client_settings
 from ._tracked import TrackedModel
 
@@ -284,14 +284,31 @@ class Store:
     def claim(
         self, tracked: TrackedModel, now: datetime, limit: int
     ) -> list[tuple[Any, Claimed]]:
-        """Lease up to ``limit`` due rows; returns (ORM object, claim) pairs, objects detached."""
+        """Lease up to ``limit`` due rows; returns (ORM object, claim) pairs, objects detached.
+        Rows that cannot be read are recorded as errors and set aside (``_unreadable``)."""
         sql = tracked.sql.get("claim")
         if sql is None or limit <= 0:
             return []
         params = self._claim_params(tracked, now, limit)
+        return _unreadable.claim_setting_aside(
+            self, tracked, now, params, lambda: self._claim_rows(tracked, sql, params)
+        )
+
+    def _loader(self, tracked: TrackedModel) -> _Loader:
         loader = self._loaders.get(tracked.name)
         if loader is None:
-            loader = self._loaders[tracked.name] = _Loader(tracked, sql)
+            loader = self._loaders[tracked.name] = _Loader(tracked, tracked.sql["claim"])
+        return loader
+
+    def load_one(self, conn: Connection, tracked: TrackedModel, key: Any) -> tuple[Any, Claimed]:
+        """Row ``key`` loaded as a claim loads it (raises what the claim would raise)."""
+        loader = self._loader(tracked)
+        return loader.load(conn.execute(loader.one, {"pk": key}).one())
+
+    def _claim_rows(
+        self, tracked: TrackedModel, sql: str, params: dict[str, Any]
+    ) -> list[tuple[Any, Claimed]]:
+        loader = self._loader(tracked)
         if not loader.fast:
             return self._claim_orm(tracked, sql, params)
         with self._writer, self.engine.connect().execution_options(**self._claim_options) \
@@ -506,6 +523,7 @@ class Store:
         such rows are not this worker's to wait for."""
         earliest: datetime | None = None
         with self.engine.connect().execution_options(**READ) as conn:
+            now = datetime.now(UTC)
             for t in tracked:
                 sql = t.sql.get("next_due")
                 params: dict[str, Any] = {}
@@ -514,9 +532,10 @@ class Store:
                     params["now"] = self.dialect.ts(claimable_at)
                 if sql is None:
                     continue
-                query = text(f"SELECT min(due) FROM ({sql}) AS d")
+                earliest_due = self.dialect.readable_time("min(due)")
+                query = text(f"SELECT {earliest_due} FROM ({sql}) AS d")
                 for (value,) in conn.execute(query, params):
-                    due = self._datetime.process_result_value(value, conn.dialect)
+                    due = _unreadable.readable_time(self, value, conn.dialect, now)
                     if due is not None and (earliest is None or due < earliest):
                         earliest = due
             conn.rollback()
@@ -533,11 +552,12 @@ class Store:
                 if not states:
                     continue
                 listed = ", ".join(f"'{s}'" for s in states)
+                oldest_sql = self.dialect.readable_time("min(state_next)")
                 count, oldest = conn.execute(text(
-                    f"SELECT count(*), min(state_next) FROM {t.quoted_table} "
+                    f"SELECT count(*), {oldest_sql} FROM {t.quoted_table} "
                     f"WHERE state IN ({listed}) AND state_next IS NOT NULL AND state_next <= :now"
                 ), {"now": self.dialect.ts(now)}).one()
-                first = self._datetime.process_result_value(oldest, conn.dialect)
+                first = _unreadable.readable_time(self, oldest, conn.dialect, now)
                 out[t.name] = (int(count), (now - first).total_seconds() if first else 0.0)
             conn.rollback()
         return out
@@ -680,6 +700,10 @@ class _Loader:
         self.manager = mapper.class_manager
         self.fast = not self.manager.dispatch.load and not self.manager.dispatch.refresh
         self.statement = text(sql).columns(*tracked.table.c)
+        self.one = text(
+            f"SELECT {', '.join(tracked.quoted_columns)} FROM {tracked.quoted_table} "
+            f"WHERE {tracked.quoted_pk} = :pk"
+        ).columns(*tracked.table.c)
         self.mapper = mapper
         names = list(tracked.table.c.keys())
         self.keys = [mapper.get_property_by_column(c).key for c in tracked.table.c]
@@ -696,12 +720,19 @@ class _Loader:
         instance_state(obj).key = self.mapper.identity_key_from_primary_key([row[self.pk]])
         return obj, Claimed(
             pk=row[self.pk], state=row[self.state], state_changed=row[self.changed],
-            lease_until=row[self.lease], attempts=row[self.attempts],
+            lease_until=row[self.lease], attempts=_attempts(row[self.attempts]),
         )
 
 
 def _claimed(obj: Any, tracked: TrackedModel) -> Claimed:
     return Claimed(
         pk=getattr(obj, tracked.pk_attr), state=obj.state, state_changed=obj.state_changed,
-        lease_until=obj.state_next, attempts=obj.state_attempts,
+        lease_until=obj.state_next, attempts=_attempts(obj.state_attempts),
     )
+
+
+def _attempts(value: Any) -> int:
+    """``state_attempts`` as read (SQLite keeps whatever text was written there)."""
+    if type(value) is not int:
+        raise ValueError(f"state_attempts holds {value!r}, not a number")
+    return value

@@ -131,6 +131,8 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
         # For a claim that joins a caller's transaction (a Django ``atomic`` block): the
         # relaxed commit would reach the caller's own writes, so it stays durable.
         sql["claim_joined"] = sql["claim"].replace(d.lease_commit, "")
+        order = "state_next" if t.priority is None else f"{t.priority} DESC, state_next"
+        sql["claim_candidates"] = _claim_candidates_sql(table, pk, scheduled, d, extra, order)
         sql["next_due"] = " UNION ALL ".join(
             f"SELECT min(state_next) AS due FROM {table} "
             f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
@@ -202,6 +204,31 @@ def _sqlite_write_row(t: TrackedModel) -> str:
     )
 
 
+def _due_branches(
+    table: str, pk: str, states: list[str], d: SqlDialect, picked: str, extra: str, order: str
+) -> str:
+    """Each state's oldest due rows, at most :limit per state (the rows a claim may take)."""
+    return " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {pk}, state{picked} FROM {table} "
+        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
+        f"ORDER BY {order} LIMIT :limit{d.skip_locked}) AS b{i}"
+        for i, name in enumerate(states)
+    )
+
+
+def _claim_candidates_sql(
+    table: str, pk: str, states: list[str], d: SqlDialect, extra: str, order: str
+) -> str:
+    """The rows a claim with these parameters could have taken (due now), and those it did
+    take if it committed (their ``state_next`` is its lease): where to look for a row the
+    claim could not read (``_unreadable``)."""
+    leased = " UNION ALL ".join(
+        f"SELECT {pk}, state FROM {table} WHERE state = '{name}' AND state_next = :lease_{i}"
+        for i, name in enumerate(states)
+    )
+    return f"{_due_branches(table, pk, states, d, '', extra, order)} UNION {leased}"
+
+
 def _claim_sql(
     table: str, pk: str, states: list[str], d: SqlDialect, returning: str, extra: str = "",
     priority: str | None = None, lease_column: str | None = None,
@@ -216,12 +243,7 @@ def _claim_sql(
     """
     order = "state_next" if priority is None else f"{priority} DESC, state_next"
     picked = f", {priority}" if priority is not None else ""
-    branches = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {pk}, state, state_next{picked} FROM {table} "
-        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
-        f"ORDER BY {order} LIMIT :limit{d.skip_locked}) AS b{i}"
-        for i, name in enumerate(states)
-    )
+    branches = _due_branches(table, pk, states, d, f", state_next{picked}", extra, order)
     lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
     copy = f", {lease_column} = CASE state {lease} END" if lease_column is not None else ""
     return (
