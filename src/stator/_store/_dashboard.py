@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -235,14 +236,15 @@ def list_rows(
 ) -> RowPage:
     """A page of ``t``'s rows matching the filters, after the cursor ``after``.
 
-    Raises ``ValueError`` for a cursor this function did not make."""
+    Raises ``ValueError`` for a cursor this function did not make, and for a ``state`` the
+    database could not hold."""
     table = t.table
     pk = table.c[t.pk]
     scheduled = {s.name for s in t.graph.scheduled_states()}
     by_index = state is not None and state in scheduled
     where: list[ColumnElement[bool]] = []
     if state is not None:
-        where.append(table.c.state == state)
+        where.append(table.c.state == storable_text(store, state))
     if due:
         where.append(table.c.state_next <= now)
     if failing:
@@ -256,14 +258,15 @@ def list_rows(
         where.append(table.c.state_next.is_not(None))
         if after is not None:
             when, last = _cursor(after, 2)
-            seen = str(when) if sqlite else datetime.fromisoformat(str(when))
+            seen = storable_text(store, when) if sqlite else parse_time(when)
+            last = parse_pk(store, t, last)
             # The first conjunct gives the index its starting point; the rest breaks ties.
             where.append(and_(raw_next >= seen, or_(raw_next > seen, pk > last)))
         query = query.order_by(table.c.state_next, pk)
     else:
         if after is not None:
             (last,) = _cursor(after, 1)
-            where.append(pk > last)
+            where.append(pk > parse_pk(store, t, last))
         query = query.order_by(pk)
     query = query.where(*where).limit(limit + 1)
     with store.engine.connect() as conn:
@@ -277,31 +280,82 @@ def list_rows(
         if by_index:
             when = last_row[CURSOR_NEXT]
             key = [when if isinstance(when, str) else when.isoformat(), last_row[t.pk]]
-        cursor = json.dumps(key)
+        cursor = json.dumps(key, default=str)  # a UUID key as its text
     for r in rows:
         del r[CURSOR_NEXT]
     return RowPage(rows, cursor, by_index)
 
 
 def _cursor(after: str, size: int) -> list[Any]:
+    """The parts of a cursor, each to be checked by its user (``ValueError`` if not one)."""
     try:
         key = json.loads(after)
     except ValueError:
         raise ValueError("not a cursor") from None
     if not isinstance(key, list) or len(key) != size:
         raise ValueError("not a cursor")
-    if not all(isinstance(k, str | int) and not isinstance(k, bool) for k in key):
-        raise ValueError("not a cursor")
     return key
 
 
-def parse_pk(t: TrackedModel, raw: str) -> Any:
-    """A primary key from a URL, typed like the column (``ValueError`` if it cannot be)."""
+# What the database may be asked to compare with a key or a time.  Outside values (a URL, a
+# cursor, a form) are checked against them first: the database would refuse some outright
+# (an integer beyond the column's range, NUL in PostgreSQL text, a lone surrogate anywhere),
+# which would be a 500 where the truth is "no such row" or "not a cursor".
+
+_INT_BITS = {"smallint": 16, "int2": 16, "smallserial": 16, "integer": 32, "int": 32,
+             "int4": 32, "serial": 32, "bigint": 64, "int8": 64, "bigserial": 64}
+
+
+def parse_pk(store: Store, t: TrackedModel, raw: object) -> Any:
+    """A primary key from outside (a URL's text, a cursor's part), typed like the column and
+    within its range; ``ValueError`` if no row can have it."""
+    column = t.table.c[t.pk]
+    spec = column.type.compile(dialect=store.engine.dialect).lower().split("(")[0].strip()
     try:
-        python_type = t.table.c[t.pk].type.python_type
-    except NotImplementedError:
-        return raw
-    return int(raw) if python_type is int else raw
+        python_type: Any = column.type.python_type
+    except NotImplementedError:  # a Django column, known by its SQL spelling
+        python_type = None
+    if python_type is int or (python_type is None and spec in _INT_BITS):
+        if isinstance(raw, bool) or not isinstance(raw, int | str):
+            raise ValueError("not a key")
+        value = int(raw)
+        bits = 64 if store.dialect.name == "sqlite" else _INT_BITS.get(spec, 64)
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise ValueError("beyond the key column's range")
+        return value
+    if not isinstance(raw, str):
+        raise ValueError("not a key")
+    if python_type is uuid.UUID or (python_type is None and spec == "uuid"):
+        return uuid.UUID(raw)
+    return storable_text(store, raw)
+
+
+def storable_text(store: Store, raw: object) -> str:
+    """``raw`` if it is text the database can hold and compare, else ``ValueError``."""
+    if not isinstance(raw, str):
+        raise ValueError("not text")
+    try:
+        raw.encode()
+    except UnicodeEncodeError:
+        raise ValueError("not UTF-8 text") from None
+    if "\x00" in raw and store.dialect.name != "sqlite":
+        raise ValueError("PostgreSQL text cannot hold NUL")
+    return raw
+
+
+def parse_time(raw: object) -> datetime:
+    """A timezone-aware time from outside (a form, a cursor), else ``ValueError``: a naive one
+    could only be compared wrongly, and the database refuses one beyond its calendar."""
+    if not isinstance(raw, str):
+        raise ValueError("not a time")
+    when = datetime.fromisoformat(raw)
+    if when.tzinfo is None:
+        raise ValueError("a time without its time zone")
+    try:
+        when.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("a time beyond the calendar") from None
+    return when
 
 
 def get_row(store: Store, t: TrackedModel, pk: Any) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ and graph pages.  All database work goes through ``_store._dashboard``.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -224,7 +223,10 @@ def create_app(
         t, row = await run_in_threadpool(_row, d, request)
         action = _action(request)
         seen_state = form.get("seen_state", "")
-        seen_next = datetime.fromisoformat(form["seen_next"]) if form.get("seen_next") else None
+        try:
+            seen_next = _dashboard.parse_time(form["seen_next"]) if form.get("seen_next") else None
+        except ValueError:
+            raise HTTPException(400, "seen_next is not a time this dashboard showed") from None
         now, actor = d.stator.clock.now(), d.actor(request)
         try:
             if action == "retry":
@@ -325,7 +327,7 @@ def _verb(request: Request) -> str:
 def _row(d: Dashboard, request: Request) -> tuple[TrackedModel, dict[str, Any]]:
     t = d.tracked(request.path_params["model"])
     try:
-        pk = _dashboard.parse_pk(t, request.path_params["pk"])
+        pk = _dashboard.parse_pk(d.stator.store, t, request.path_params["pk"])
     except ValueError:
         raise HTTPException(404, "no such row") from None
     row = _dashboard.get_row(d.stator.store, t, pk)
