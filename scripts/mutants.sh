@@ -55,6 +55,8 @@ scope-kept-opt-in|src/stator/_store/_django.py|keep = self._park if getattr(self
 probe-closes|src/stator/_worker/_wakeups.py|until it ends).\n            self._store.thread_done()|until it ends).\n            pass|tests/django/test_store_conditions.py::test_a_worker_with_persistent_connections_holds_a_bounded_number[writing-and-not]
 async-loop-closes|src/stator/_worker/_handlers.py|                loop.run_until_complete(self._executor.store.loop_done())|                pass|tests/django/test_store_conditions.py::test_async_handlers_may_use_the_async_orm[worker-pg]
 async-error-drop|src/stator/_execute.py|            await self.store.after_async_error()|            pass|tests/django/test_store_conditions.py::test_async_handlers_get_a_new_connection_once_theirs_is_lost
+launcher-name-refusal|src/stator/_launcher/_discovery.py|            if problem is not None:|            if False:|tests/launcher/test_secrets.py::test_server_names_with_url_syntax_are_skipped_and_said_once
+launcher-url-parts|src/stator/_launcher/_children.py|    return URL.create(**parts)|    return __import__("sqlalchemy").make_url(URL.create(**parts).render_as_string(hide_password=False))|tests/launcher/test_secrets.py::test_url_parts_come_back_as_the_same_url
 EOF
 )
 

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError
 
 from ._board import ThreadState
@@ -63,7 +64,7 @@ def user_errors() -> Iterator[None]:
         fail(f"database error: {first}", code=1)
 
 
-def load_app(app: str, db: str | None) -> Stator:
+def load_app(app: str, db: str | URL | None) -> Stator:
     """Import ``module:attribute`` and return its Stator, rebound to ``db`` if given."""
     module_name, sep, attr = app.partition(":")
     if not sep or not module_name or not attr:
@@ -556,7 +557,6 @@ def launcher_status(as_json: bool, control: Path) -> None:
 
 @cli.command("launcher-scheduler", hidden=True)
 @click.argument("app")
-@click.option("--db", required=True, metavar="URL", envvar="STATOR_SCHEDULER_DB")
 @click.option("--idle-window", type=click.FloatRange(min=0), default=5.0)
 @click.option("--lifeline", type=int, default=None)
 @click.option("--after-message", type=int, default=None)
@@ -564,19 +564,20 @@ def launcher_status(as_json: bool, control: Path) -> None:
 @click.option("--log-level", default="INFO",
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def launcher_scheduler(
-    app: str, db: str, idle_window: float, lifeline: int | None, after_message: int | None,
+    app: str, idle_window: float, lifeline: int | None, after_message: int | None,
     concurrency: int | None, log_level: str,
 ) -> None:
     """One database's scheduler, started by `stator launcher`: exit 3 at once without a
     Stator schema; otherwise a worker until nothing is due within --idle-window (exit 0).
-    The launcher passes the URL in STATOR_SCHEDULER_DB, so no command line shows it."""
+    The launcher passes the URL's parts in STATOR_SCHEDULER_DB, so no command line shows
+    it and no URL text is parsed again (see ``_launcher._children``)."""
     from ._launcher._children import EXIT_NO_SCHEMA
     from ._launcher._scheduler import follow_sender, watch_lifeline
     from .errors import SchemaError
 
     _setup_logging(log_level)
     with user_errors():
-        stator = load_app(app, db)
+        stator = load_app(app, _scheduler_url())
         if after_message is not None and not follow_sender(stator.engine, after_message):
             log.warning("message %d is not visible here yet; going on", after_message)
         problems = stator.store.problems()
@@ -594,6 +595,20 @@ def launcher_scheduler(
     log.info("scheduler %s stopped (%s): %d rows processed, %d transitions in %.1fs",
              worker.id, summary.reason, summary.processed, summary.transitions,
              summary.seconds, extra={"action": "scheduler_stop"})
+
+
+def _scheduler_url() -> URL:
+    """The database the launcher gave this scheduler, taken out of the environment so that
+    nothing the handlers start inherits its password."""
+    from ._launcher._children import URL_VARIABLE, url_from_parts
+
+    parts = os.environ.pop(URL_VARIABLE, None)
+    if parts is None:
+        raise ConfigError(f"launcher-scheduler is started by `stator launcher` (no {URL_VARIABLE})")
+    try:
+        return url_from_parts(parts)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{URL_VARIABLE} does not hold a database URL's parts ({exc})") from None
 
 
 @cli.command()

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, create_engine
+from sqlalchemy import URL, ColumnElement, Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -19,6 +19,7 @@ from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
 from ._store import Store, TrackedModel
+from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
 from .sqlalchemy import StatorMixin
@@ -41,13 +42,14 @@ class CycleReport:
 class Stator:
     """Binds models (each with a ``state_graph``) to a database, and runs them.
 
-    ``db`` is a URL (``sqlite:///file.db``, ``postgresql+psycopg://…``) or a SQLAlchemy
-    ``Engine``.  ``clock`` is injectable so tests can jump over retry intervals.
+    ``db`` is a URL (``sqlite:///file.db``, ``postgresql+psycopg://…``, as text or a
+    SQLAlchemy ``URL``) or a SQLAlchemy ``Engine``.  ``clock`` is injectable so tests can
+    jump over retry intervals.
     """
 
     def __init__(
         self,
-        db: str | Engine,
+        db: str | URL | Engine,
         models: Sequence[type],
         *,
         clock: Clock | None = None,
@@ -90,9 +92,10 @@ class Stator:
 
     @property
     def url(self) -> str:
-        return self.engine.url.render_as_string(hide_password=True)
+        """The database URL as it may be shown (no password, no secret parameter)."""
+        return shown(self.engine.url)
 
-    def with_db(self, db: str | Engine) -> Stator:
+    def with_db(self, db: str | URL | Engine) -> Stator:
         """The same models and settings bound to another database."""
         return Stator(
             db, self.models, clock=self.clock, concurrency=self.concurrency,
@@ -206,8 +209,10 @@ class Stator:
         if self.listen_url is not None:
             try:
                 make_url(self.listen_url)
-            except ArgumentError as exc:
-                raise ConfigError(f"listen_url is not a database URL: {self.listen_url!r}") from exc
+            except (ArgumentError, ValueError) as exc:
+                raise ConfigError(
+                    f"listen_url is not a database URL: {shown(self.listen_url)!r}"
+                ) from exc
         self.check()
         return Worker(self.store, self.clock, self._select(models, exclude), options)
 
@@ -311,16 +316,19 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
-def _create_engine(url: str, concurrency: int) -> Engine:
+def _create_engine(url: str | URL, concurrency: int) -> Engine:
+    """An engine for ``url``; every error names the URL without its secrets."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:
         raise ConfigError(
-            f"not a database URL: {url!r} (try sqlite:///file.db or "
+            f"not a database URL: {shown(url)!r} (try sqlite:///file.db or "
             "postgresql+psycopg://user@host/dbname)"
         ) from exc
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ConfigError(f"Stator supports sqlite:// and postgresql:// URLs, not {url!r}")
+        raise ConfigError(
+            f"Stator supports sqlite:// and postgresql:// URLs, not {shown(url)!r}"
+        )
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
@@ -329,5 +337,6 @@ def _create_engine(url: str, concurrency: int) -> Engine:
         )
     except (NoSuchModuleError, ImportError) as exc:
         raise ConfigError(
-            f"cannot use {url!r}: {exc}; for PostgreSQL install stator-engine[postgresql]"
+            f"cannot use {shown(url)!r}: {exc}; for PostgreSQL install "
+            "stator-engine[postgresql]"
         ) from exc

@@ -12,12 +12,15 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import URL
 
+from ._urls import shown
+
 _lock = threading.Lock()
 _listeners: dict[str, set[Callable[[], None]]] = {}
 
 
 def key_for(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
+    """The channel of a database: its URL without secrets (``_urls.shown``)."""
+    return shown(url)
 
 
 def subscribe(key: str, callback: Callable[[], None]) -> None:

@@ -6,12 +6,16 @@ Each gets a *lifeline*: the read end of a pipe whose write end only the launcher
 If the launcher dies, however abruptly, the pipe reads end-of-file and the scheduler stops
 gracefully on its own.  A thread per child waits for it to exit and wakes the supervisor:
 nothing polls.  Its database URL travels in its environment (``STATOR_SCHEDULER_DB``), not
-on its command line, where ``ps`` would show any password in it to every user.
+on its command line, where ``ps`` would show any password in it to every user; and it travels
+as its parts, never as URL text to be parsed again, where a database named
+``t?host=elsewhere&port=5999`` would become a query string sending the scheduler, and its
+password, to another server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -23,12 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import URL
+
 log = logging.getLogger("stator.launcher")
 
 EXIT_IDLE = 0        # nothing due within the idle window (or stopped when asked)
 EXIT_NO_SCHEMA = 3   # the database has no (or an outdated) Stator schema
 SCHEDULER_COMMAND = "launcher-scheduler"
-URL_VARIABLE = "STATOR_SCHEDULER_DB"  # the scheduler's database URL, password included
+URL_VARIABLE = "STATOR_SCHEDULER_DB"  # the scheduler's database URL's parts, password included
 STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
 
 
@@ -72,14 +78,31 @@ class SchedulerCommand:
         return args
 
 
-def spawn(command: SchedulerCommand, key: str, url: str, wait_for: int | None, log_path: Path,
+def url_parts(url: URL) -> str:
+    """``url`` as its parts (JSON), for a scheduler's environment: see ``url_from_parts``."""
+    return json.dumps({
+        "drivername": url.drivername, "username": url.username, "password": url.password,
+        "host": url.host, "port": url.port, "database": url.database,
+        "query": {key: list(value) if isinstance(value, tuple) else value
+                  for key, value in url.query.items()},
+    })
+
+
+def url_from_parts(text: str) -> URL:
+    """The URL ``url_parts`` wrote, built from its parts: no part is parsed as URL text, so
+    each stays what it was (a database name holding ``?`` is still that name)."""
+    parts = json.loads(text)
+    return URL.create(**parts)
+
+
+def spawn(command: SchedulerCommand, key: str, url: URL, wait_for: int | None, log_path: Path,
           on_exit: Callable[[], None], when: str = "") -> Child:
     """Start a scheduler; ``on_exit`` is called from a watcher thread when it ends.  ``when``
     (the launcher's clock) heads this run's part of the log."""
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, False)
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS=os.environ.get("COLUMNS", "200"))
-    env[URL_VARIABLE] = url
+    env[URL_VARIABLE] = url_parts(url)
     try:
         with log_path.open("ab") as out:
             out.write(f"--- {when} starting scheduler\n".encode())

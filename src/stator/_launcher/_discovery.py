@@ -3,12 +3,18 @@
 Scanned on every discovery round, so databases created later are picked up and dropped
 ones are noticed without restarting the launcher.  A source that cannot be scanned (the
 server is down) keeps its last answer: an unreachable server is not a dropped database.
+
+A database name on a server is chosen by whoever may create databases there, not by the
+operator: a name made of anything but letters, digits and ``_ - . $`` is skipped (and said so,
+once), so no name can carry URL syntax (``?host=…&port=…``) into a key, a log line or a
+scheduler's connection.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import glob
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +24,14 @@ from sqlalchemy import URL, create_engine, make_url, text
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
+from .._urls import shown
 from ..errors import ConfigError
+
+log = logging.getLogger("stator.launcher")
 
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 GLOB_CHARS = set("*?[")
+NAME_PUNCTUATION = "_-.$"  # besides letters and digits, all a discovered database name may hold
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,18 @@ class Target:
 
 
 def key_of(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
+    """A database's name in the launcher: its URL without secrets (``_urls.shown``)."""
+    return shown(url)
+
+
+def name_problem(name: str) -> str | None:
+    """Why a discovered database name is not launched, or None if it may be.  Only letters,
+    digits and ``_ - . $``: anything else (``? & = / @ : % #``, spaces, control characters)
+    is URL syntax somewhere, or a way to make a key or a log line say something else."""
+    odd = sorted({c for c in name if not (c.isalnum() or c in NAME_PUNCTUATION)})
+    if not odd:
+        return None
+    return f"its name holds {' '.join(repr(c) for c in odd)}"
 
 
 def normalize(url: str | URL, base: Path | None = None) -> URL:
@@ -54,20 +75,23 @@ def normalize(url: str | URL, base: Path | None = None) -> URL:
     directory)."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise ConfigError(
-            f"not a database URL: {url!r} (try sqlite:///tenants/*.db or postgresql://host/)"
+            f"not a database URL: {shown(url)!r} (try sqlite:///tenants/*.db or "
+            "postgresql://host/)"
         ) from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         database = parsed.database
         if not database or database == ":memory:" or database.startswith("file:"):
-            raise ConfigError(f"the launcher needs SQLite files, not {url!r}")
+            raise ConfigError(f"the launcher needs SQLite files, not {shown(url)!r}")
         path = os.path.abspath(os.path.join(base or os.getcwd(), database))
         return parsed.set(drivername="sqlite", database=path)
     if backend == "postgresql":
         return parsed.set(drivername="postgresql+psycopg")
-    raise ConfigError(f"the launcher supports sqlite:// and postgresql:// URLs, not {url!r}")
+    raise ConfigError(
+        f"the launcher supports sqlite:// and postgresql:// URLs, not {shown(url)!r}"
+    )
 
 
 class Source(Protocol):
@@ -97,12 +121,14 @@ class SqliteGlob:
 class PostgresServer:
     """Every database of a server that allows connections and is not a template (as in TimescaleDB),
     optionally only those whose name matches the URL's database part as a glob
-    (``postgresql://host/tenant_*``)."""
+    (``postgresql://host/tenant_*``).  A matching name with characters outside
+    ``name_problem``'s rule is skipped, with one warning per name."""
 
     def __init__(self, url: URL) -> None:
         self.url = url
         self.pattern = url.database or "*"
         self.description = key_of(url)
+        self.refused: set[str] = set()
         self.engine = create_engine(
             url.set(database="postgres"), poolclass=NullPool,
             connect_args={"connect_timeout": 5},
@@ -116,10 +142,25 @@ class PostgresServer:
             )).scalars().all()
         found = {}
         for name in names:
-            if fnmatch.fnmatchcase(name, self.pattern):
-                target = Target.of(self.url.set(database=name))
-                found[target.key] = target
+            if not fnmatch.fnmatchcase(name, self.pattern):
+                continue
+            problem = name_problem(name)
+            if problem is not None:
+                self._refuse(name, problem)
+                continue
+            target = Target.of(self.url.set(database=name))
+            found[target.key] = target
         return found
+
+    def _refuse(self, name: str, problem: str) -> None:
+        if name in self.refused:
+            return
+        self.refused.add(name)
+        log.warning(
+            "skipping database %r on %s: %s; the launcher runs only databases named with "
+            "letters, digits and %s (rename it to have it run)", name, self.description,
+            problem, " ".join(NAME_PUNCTUATION), extra={"action": "database_refused"},
+        )
 
 
 class Explicit:
@@ -149,5 +190,7 @@ def explicit_source(text: str, base: Path | None = None) -> Source:
     """A ``--db`` argument: exactly one database."""
     url = normalize(text, base)
     if url.get_backend_name() == "sqlite" and GLOB_CHARS & set(url.database or ""):
-        raise ConfigError(f"--db takes one database; use --discover for a glob ({text})")
+        raise ConfigError(
+            f"--db takes one database; use --discover for a glob ({shown(text)})"
+        )
     return Explicit(url)

@@ -358,7 +358,7 @@ class Launcher:
             if target is None:
                 raise OSError("the database is no longer discovered")
             child = _children.spawn(
-                self.command, key, target.url.render_as_string(hide_password=False), wait_for,
+                self.command, key, target.url, wait_for,
                 self.place.log_path(key), self.poke, when=self.clock.now().isoformat(),
             )
         except OSError as exc:
