@@ -56,7 +56,10 @@ class StatorModelBase(models.base.ModelBase):
     def __new__(mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any], **kw: Any) -> Any:
         meta = attrs.get("Meta")
         abstract = bool(getattr(meta, "abstract", False))
-        if not abstract:
+        # A proxy (a second admin, other methods) shares its concrete model's table and
+        # fields: adding the fields again would clash with the inherited ones.
+        proxy = bool(getattr(meta, "proxy", False))
+        if not abstract and not proxy:
             declared = attrs.get("state_graph")
             graph = _as_graph(declared) or next((g for b in bases if (g := graph_of(b))), None)
             for field_name, field in stator_fields(graph).items():

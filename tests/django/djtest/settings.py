@@ -18,6 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.admin",
     "stator.django",
     "djtest.orders",
+    "djtest.taskproxy",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -2,7 +2,7 @@ from django.contrib import admin
 
 from stator.django.admin import StatorAdmin
 
-from .models import Job, Order
+from .models import Job, Order, PaidOrder
 
 
 @admin.register(Order)
@@ -13,3 +13,9 @@ class OrderAdmin(StatorAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(Job)
 class JobAdmin(StatorAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     stator_graph_format = "dot"
+
+
+@admin.register(PaidOrder)
+class PaidOrderAdmin(StatorAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
+    """A second admin over the orders table, through a proxy."""
+

@@ -56,6 +56,13 @@ class Order(StatorModel):
         mover.join()
 
 
+class PaidOrder(Order):
+    """A proxy of a StatorModel (a second admin over the same table): not run on its own."""
+
+    class Meta:
+        proxy = True
+
+
 class Receipt(models.Model):
     order = models.OneToOneField(Order, on_delete=models.CASCADE)
 
