@@ -13,6 +13,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
 
@@ -133,3 +134,40 @@ def test_any_cursor_or_key_is_answered_without_a_server_error(
     c = client(stator, token=None)  # a server error raises here
     assert c.get(rows_url(model, after, state)).status_code in (200, 400, 404)
     assert c.get(f"/models/{model}/rows/{quote(pk, safe='')}").status_code in (200, 404)
+
+
+# -- the launcher's state file (--control) ---------------------------------------------------
+
+BROKEN_STATES = [
+    "{not json",
+    "[]",
+    "{}",
+    '{"launcher": 5}',
+    '{"launcher": {}, "databases": "x"}',
+    '{"launcher": {}, "databases": [7]}',
+    '{"launcher": {"started_at": "yesterday"}}',
+    '{"launcher": {"slots_used": "two"}}',
+    '{"launcher": {}, "databases": [{"database": "a", "pid": 5, '
+    '"started_at": "2026-01-01T00:00:00"}]}',  # a naive time: no uptime can be worked out
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_STATES)
+def test_an_unreadable_launcher_state_is_said_in_one_line(
+    two_tables: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], broken: str,
+) -> None:
+    from stator._cli import main
+    from stator.dashboard import create_app
+
+    stator, _ints, _texts = two_tables
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "state.json").write_text(broken)
+    page = TestClient(create_app(stator, launcher_control=control)).get("/")
+    assert page.status_code == 200
+    assert "launcher state unreadable: " in page.text
+    with pytest.raises(SystemExit) as done:
+        main(["launcher-status", "--control", str(control)])
+    err = capsys.readouterr().err.strip()
+    assert done.value.code == 2
+    assert err.startswith("error: launcher state unreadable: ") and "\n" not in err, err

@@ -106,7 +106,9 @@ class Place:
             return None
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read {self.state_path}: {exc}") from None
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            raise ConfigError(f"cannot read {self.state_path}: not a JSON object")
+        return data
 
     def log_path(self, key: str) -> Path:
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key.split("://", 1)[-1]).strip("_")[-60:]

@@ -402,10 +402,12 @@ def _graph_values(d: Dashboard, t: TrackedModel) -> dict[str, str]:
 def _launcher(control: Path | None) -> dict[str, Any] | None:
     if control is None or not control.exists():
         return None
-    from .._launcher._report import NoLauncherState, status_report
+    from .._launcher._report import LauncherStateUnreadable, NoLauncherState, status_report
 
     try:
         return status_report(control)
+    except LauncherStateUnreadable as exc:
+        return {"unreadable": str(exc)}
     except (NoLauncherState, OSError, ValueError):
         return None
 
