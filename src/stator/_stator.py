@@ -148,7 +148,9 @@ class Stator:
         groups: list[tuple[TrackedModel, list[Write]]] = []
         for tracked in self.store.tracked:
             writes: list[Write] = []
-            claimed = self.store.claim(tracked, self.clock.now(), self.batch_size)
+            claimed = tracked.in_claim_order(
+                self.store.claim(tracked, self.clock.now(), self.batch_size)
+            )
             report.per_model[tracked.name] = len(claimed)
             report.claimed += len(claimed)
             for obj, row in claimed:

@@ -28,10 +28,10 @@ from stator._store._django import DjangoStore
 
 HAS_TASKS = importlib.util.find_spec("django.tasks") is not None
 if HAS_TASKS:  # the fixtures of the task tests (Django >= 6.0 only)
+    from tasks_conformance.test_conformance_worker import manage as task_manage
+    from tasks_conformance.test_conformance_worker import project_env
+    from tasks_conformance.test_conformance_worker import shell as task_shell
     from test_tasks import tasks
-    from test_tasks_processes import manage as task_manage
-    from test_tasks_processes import project_env
-    from test_tasks_processes import shell as task_shell
 
 __all__ = ["project", "project_env", "tasks"]  # fixtures of the other test modules
 needs_tasks = pytest.mark.skipif(not HAS_TASKS, reason="the task backend needs Django >= 6.0")

@@ -50,6 +50,8 @@ class TrackedModel:
     # The model's ``stator_claim_priority``: a column whose higher values are claimed first
     # (quoted as the SQL spells it), or None to claim by due time only.
     priority: str | None = None
+    # The same column as the model's attribute, to hand a claimed batch out in that order.
+    priority_attr: str | None = None
     # The model's ``stator_write_extra(store, conn, writes)``: writes ``Write.extra`` in the
     # transaction of the fenced write, for the rows whose fence held.
     write_extra: Callable[[Any, Connection, Sequence[Any]], None] | None = None
@@ -107,11 +109,21 @@ class TrackedModel:
             quoted_pk=quote.quote(pks[0].name),
             quoted_columns=[quote.quote(c.name) for c in table.c],
             where=where, priority=None if priority is None else quote.quote(priority),
+            priority_attr=priority,
             write_extra=getattr(model, "stator_write_extra", None),
             lease_column=None if lease_column is None else quote.quote(lease_column),
         )
         tracked.sql = _build_sql(tracked, dialect)
         return tracked
+
+    def in_claim_order(self, rows: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """A claimed batch, highest priority first: the claim picks rows in that order, but
+        ``UPDATE … RETURNING`` hands them back in any order, and a batch starts in the order
+        it is handed out (Django: a higher priority "will be run sooner")."""
+        attr = self.priority_attr
+        if attr is None or len(rows) < 2:
+            return rows
+        return sorted(rows, key=lambda pair: -getattr(pair[0], attr))
 
 
 def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:

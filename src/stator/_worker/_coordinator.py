@@ -249,7 +249,9 @@ class Worker:
             if self._broken.skip(tracked.name):
                 continue
             try:
-                rows = self.store.claim(tracked, now, min(share, room - got))
+                rows = tracked.in_claim_order(
+                    self.store.claim(tracked, now, min(share, room - got))
+                )
             except DBAPIError as exc:
                 if not is_incurable(exc):
                     raise

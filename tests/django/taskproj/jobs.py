@@ -20,3 +20,11 @@ def slow_first_time(markers: str) -> str:
     if runs == 0:
         time.sleep(600)
     return "done"
+
+
+@task
+def announced_sleep(marker: str, seconds: float) -> str:
+    """Leaves ``marker`` when it starts, then takes ``seconds``: a task in flight."""
+    Path(marker).touch()
+    time.sleep(seconds)
+    return "slept"

@@ -1,6 +1,11 @@
-"""A worker SIGKILLed in the middle of a task: after its lease the task runs again and ends
-SUCCESSFUL once (the reference database backend leaves it RUNNING for ever).  Real worker
-processes (`manage.py runstator`), on SQLite and PostgreSQL."""
+"""The worker's side of the conformance suite, with real worker processes (``manage.py
+runstator``) on SQLite and PostgreSQL: a worker SIGKILLed in the middle of a task, and one
+asked to stop (SIGTERM) while a task runs.
+
+Django leaves the worker to the backend; what a user of a database backend expects is that no
+task is lost or left RUNNING for ever (the reference database backend leaves a killed
+worker's task RUNNING) and that a polite stop lets the task in flight finish.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +24,8 @@ pytest.importorskip("django.tasks", reason="the task backend needs Django >= 6.0
 
 from test_tasks_shop import throwaway_pg_database
 
-ROOT = Path(__file__).resolve().parents[2]
-PROJECT = Path(__file__).with_name("taskproj")
+ROOT = Path(__file__).resolve().parents[3]
+PROJECT = Path(__file__).parents[1] / "taskproj"
 TIMEOUT = 120
 
 pytestmark = pytest.mark.slow
@@ -100,3 +105,33 @@ def test_killed_worker_task_is_retried_after_its_lease(
     ))
     assert result == ["SUCCESSFUL", "done", 1, 0]
     assert sorted(p.name for p in markers.iterdir()) == ["run-0", "run-1"]
+
+
+def test_a_stopped_worker_lets_the_task_in_flight_finish(
+    project_env: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGTERM while a task runs: the task ends SUCCESSFUL, once, and the worker exits 0."""
+    env = project_env
+    manage(env, "migrate", "-v", "0")
+    marker = tmp_path / "started"
+    task_id = shell(env, f"from jobs import announced_sleep\n"
+                         f"out = announced_sleep.enqueue({str(marker)!r}, 1.5).id")
+    worker = subprocess.Popen(
+        [sys.executable, str(PROJECT / "manage.py"), "runstator"], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(marker.exists, "the task to start")
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=TIMEOUT)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, err
+    result = shell(env, (
+        "from jobs import noop\n"
+        f"r = noop.get_backend().get_result({task_id!r})\n"
+        "out = [str(r.status), r.return_value, r.attempts, len(r.errors)]"
+    ))
+    assert result == ["SUCCESSFUL", "slept", 1, 0]

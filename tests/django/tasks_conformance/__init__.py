@@ -1,0 +1,1 @@
+"""Django's task framework, one test per documented behaviour (the conformance suite)."""
