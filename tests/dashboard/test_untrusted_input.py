@@ -6,6 +6,7 @@ column, NUL in text, naive times)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -13,9 +14,12 @@ from urllib.parse import quote, urlencode
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
 from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
+from stator._store import _dashboard
 
 from .flow import Flow
 from .test_http import BASE, add, client, csrf_of, row_of
@@ -171,3 +175,80 @@ def test_an_unreadable_launcher_state_is_said_in_one_line(
     err = capsys.readouterr().err.strip()
     assert done.value.code == 2
     assert err.startswith("error: launcher state unreadable: ") and "\n" not in err, err
+
+
+# -- states the graph lacks (written by raw SQL, a migration, another tool) ------------------
+
+
+def set_states(stator: Stator, table: str, sql_where_state: dict[str, str]) -> None:
+    with stator.engine.begin() as conn:
+        for where, state in sql_where_state.items():
+            conn.execute(text(f"UPDATE {table} SET state = :s WHERE {where}"), {"s": state})
+
+
+def listed(page: str, model: str = "orders") -> list[int]:
+    return sorted(int(x) for x in re.findall(rf'href="/models/{model}/rows/(\d+)"', page))
+
+
+def test_rows_in_a_state_the_graph_lacks_are_listed_from_the_overview(two_tables: Any) -> None:
+    stator, _ints, _texts = two_tables
+    set_states(stator, "orders", {"id IN (1, 2)": "ghost"})
+    c = client(stator, token=None)
+    link = re.search(r'href="(/models/orders/rows\?state=ghost)"', c.get("/").text)
+    assert link is not None
+    page = c.get(link.group(1))
+    assert page.status_code == 200
+    assert listed(page.text) == [1, 2]
+    assert "<option selected>ghost</option>" in page.text
+    assert listed(c.get("/models/orders/rows?unknown=1").text) == [1, 2]
+    nope = c.get("/models/orders/rows?state=nope")
+    assert nope.status_code == 404 and "orders has no rows in &#39;nope&#39;" in nope.text
+
+
+def test_100000_states_the_graph_lacks_are_capped_into_one_other_series(
+    two_tables: Any,
+) -> None:
+    stator, _ints, _texts = two_tables
+    with stator.engine.begin() as conn:  # rows 10 and up: one state each
+        conn.execute(text(
+            "INSERT INTO orders (id, state) WITH RECURSIVE n(i) AS "
+            "(SELECT 10 UNION ALL SELECT i + 1 FROM n WHERE i < 100009) "
+            "SELECT i, 'junk-' || i FROM n"))
+    set_states(stator, "orders", {"id IN (1, 2)": "ghost", "id = 3": _dashboard.OTHER_STATES})
+    c = client(stator, token=None)
+
+    families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+    rows = {s.labels["state"]: s.value for s in families["stator_rows"].samples
+            if s.labels["model"] == "orders"}
+    assert len(rows) <= len(Flow.states) + _dashboard.UNKNOWN_CAP + 1
+    assert sum(rows.values()) == 100_003  # every row, in one series or another
+    assert rows["ghost"] == 2  # the most rows of the unknown states: a series of its own
+    assert rows[_dashboard.OTHER_STATES] == 100_003 - 2 - (_dashboard.UNKNOWN_CAP - 1)
+
+    overview = c.get("/")
+    assert overview.status_code == 200
+    assert len(overview.text) < 100_000
+    assert 'href="/models/orders/rows?unknown=1"' in overview.text
+    shown = re.findall(r'data-key="rows:orders:', overview.text)
+    assert len(shown) == len(Flow.states) + _dashboard.UNKNOWN_CAP + 1
+    assert len(listed(c.get("/models/orders/rows?unknown=1").text)) == _dashboard.PAGE_SIZE
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)  # estimates are PG's
+def test_estimated_counts_include_rare_and_unknown_states_and_sum_to_the_row_count(
+    two_tables: Any,
+) -> None:
+    stator, ints, _texts = two_tables
+    add(stator, ints, [{"id": i, "note": "ok"} for i in range(10, 310)])
+    set_states(stator, "orders", {"id < 100": "done", "id BETWEEN 100 AND 119": "ghost",
+                                  "id = 200": "rare-1", "id = 201": "rare-2", "id = 202": "held"})
+    with stator.engine.begin() as conn:
+        conn.execute(text("ANALYZE orders"))
+        total = conn.execute(text("SELECT count(*) FROM orders")).scalar_one()
+    counts = [c for c in _dashboard.state_counts(stator.store, stator.clock.now(), exact_below=0)
+              if c["model"] == "orders"]
+    assert all(c["estimated"] for c in counts)
+    # ANALYZE reads a table this small whole: its statistics are exact, rare values aside.
+    assert sum(c["rows"] for c in counts) == total == 303
+    by_state = {c["state"]: c["rows"] for c in counts}
+    assert by_state["ghost"] == 20

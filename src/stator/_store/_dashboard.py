@@ -61,6 +61,12 @@ FAILING_WINDOW = timedelta(hours=1)
 EDGE_WINDOW = timedelta(minutes=5)
 PAGE_SIZE = 50
 CURSOR_NEXT = "stator_cursor_next"
+# States not in the graph (written by raw SQL, a migration, another tool) are counted too, so
+# the series sum to the row count; but only the UNKNOWN_CAP with the most rows by name: the
+# rest, however many, are one OTHER_STATES entry (on big tables it also holds the rows the
+# statistics give no state for), so the pages and /metrics stay bounded.
+UNKNOWN_CAP = 50
+OTHER_STATES = "(other)"
 
 
 @dataclass(frozen=True)
@@ -84,17 +90,58 @@ def state_counts(
     with store.engine.connect() as conn:
         for t in store.tracked:
             size = _estimated_size(store, conn, t)
+            counted: Iterable[dict[str, Any]]
             if size is not None and size >= exact_below:
-                out.extend(_estimated_counts(store, conn, t, now, size))
+                counted = _estimated_counts(store, conn, t, now, size)
             else:
-                out.extend(_exact_counts(store, conn, t, now))
+                counted = _exact_counts(store, conn, t, now)
+            out.extend(_capped(counted, t))
         conn.rollback()
     return out
 
 
+def _capped(counted: Iterable[dict[str, Any]], t: TrackedModel) -> list[dict[str, Any]]:
+    """The graph's states as counted, then the ``UNKNOWN_CAP`` unknown states with the most
+    rows, then one ``OTHER_STATES`` entry for the rest; never more than that in memory."""
+    known: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
+    other: dict[str, Any] | None = None
+
+    def most_rows_first() -> None:
+        nonlocal other
+        unknown.sort(key=lambda c: (-c["rows"], c["state"]))
+        for c in unknown[UNKNOWN_CAP:]:
+            other = _fold(other, c)
+        del unknown[UNKNOWN_CAP:]
+
+    for c in counted:
+        if c["state"] in t.graph.states:
+            known.append(c)
+        elif c["state"] == OTHER_STATES:  # never two entries of that name
+            other = _fold(other, c)
+        else:
+            unknown.append(c)
+            if len(unknown) >= 20 * UNKNOWN_CAP:
+                most_rows_first()
+    most_rows_first()
+    return [*known, *sorted(unknown, key=lambda c: c["state"]), *([other] if other else [])]
+
+
+def _fold(into: dict[str, Any] | None, c: dict[str, Any]) -> dict[str, Any]:
+    if into is None:
+        return {**c, "state": OTHER_STATES, "known": False}
+    firsts = [when for when in (into["oldest_due"], c["oldest_due"]) if when is not None]
+    return {
+        **into, "rows": into["rows"] + c["rows"], "due": into["due"] + c["due"],
+        "oldest_due": min(firsts) if firsts else None,
+        "failing": into["failing"] + c["failing"],
+        "estimated": into["estimated"] or c["estimated"],
+    }
+
+
 def _exact_counts(
     store: Store, conn: Connection, t: TrackedModel, now: datetime
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
     rows = conn.execute(text(
         f"SELECT state, count(*), "
         f"sum(CASE WHEN state_next <= :now THEN 1 ELSE 0 END), "
@@ -102,7 +149,7 @@ def _exact_counts(
         f"sum(CASE WHEN state_attempts > 0 THEN 1 ELSE 0 END) "
         f"FROM {t.quoted_table} GROUP BY state ORDER BY state"
     ), {"now": store.dialect.ts(now)})
-    return [
+    return (
         {
             "model": t.name, "state": state, "rows": int(count), "due": int(due or 0),
             "oldest_due": readable_time(store, oldest, conn.dialect, now),
@@ -110,7 +157,7 @@ def _exact_counts(
             "estimated": False,
         }
         for state, count, due, oldest, failing in rows
-    ]
+    )
 
 
 def _estimated_size(store: Store, conn: Connection, t: TrackedModel) -> int | None:
@@ -138,7 +185,7 @@ def _estimated_counts(
         share = dict(zip(stats[0], stats[1], strict=True))
     scheduled = {s.name for s in t.graph.scheduled_states()}
     failing = _recently_failing(conn, t.name, now)
-    out = []
+    out: list[dict[str, Any]] = []
     for state in sorted(set(share) | set(t.graph.states)):
         rows = round(share.get(state, 0.0) * size)
         due, oldest = 0, None
@@ -163,6 +210,12 @@ def _estimated_counts(
             "model": t.name, "state": state, "rows": max(rows, due), "due": due,
             "oldest_due": oldest, "failing": failing.get(state, 0),
             "known": state in t.graph.states, "estimated": True,
+        })
+    rest = size - sum(c["rows"] for c in out)
+    if rest > 0:  # rows in states too rare for the statistics, known to the graph or not
+        out.append({
+            "model": t.name, "state": OTHER_STATES, "rows": rest, "due": 0, "oldest_due": None,
+            "failing": 0, "known": False, "estimated": True,
         })
     return out
 
@@ -231,10 +284,11 @@ def edge_rates(
 
 def list_rows(
     store: Store, t: TrackedModel, now: datetime, *, state: str | None = None,
-    due: bool = False, failing: bool = False, after: str | None = None,
+    due: bool = False, failing: bool = False, unknown: bool = False, after: str | None = None,
     limit: int = PAGE_SIZE,
 ) -> RowPage:
-    """A page of ``t``'s rows matching the filters, after the cursor ``after``.
+    """A page of ``t``'s rows matching the filters, after the cursor ``after``; ``unknown``:
+    only rows in states the graph does not have.
 
     Raises ``ValueError`` for a cursor this function did not make, and for a ``state`` the
     database could not hold."""
@@ -245,6 +299,8 @@ def list_rows(
     where: list[ColumnElement[bool]] = []
     if state is not None:
         where.append(table.c.state == storable_text(store, state))
+    if unknown:
+        where.append(table.c.state.not_in(list(t.graph.states)))
     if due:
         where.append(table.c.state_next <= now)
     if failing:

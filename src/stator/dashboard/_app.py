@@ -129,20 +129,29 @@ def create_app(
         t = d.tracked(request.path_params["model"])
         q = request.query_params
         state = q.get("state") or None
-        if state is not None and state not in t.graph.states:
-            raise HTTPException(404, f"{t.graph.__name__} has no state {state!r}")
         due, failing = q.get("due") == "1", q.get("failing") == "1"
+        unknown = q.get("unknown") == "1"
+        if state is not None and state not in t.graph.states:
+            # A state the graph lacks (raw SQL, another tool): its rows are listed if any.
+            try:
+                _dashboard.storable_text(d.stator.store, state)
+            except ValueError:
+                raise HTTPException(404, f"{t.name} has no rows in {state!r}") from None
         try:
             page = _dashboard.list_rows(
                 d.stator.store, t, d.stator.clock.now(), state=state, due=due,
-                failing=failing, after=q.get("after"),
+                failing=failing, unknown=unknown, after=q.get("after"),
             )
         except ValueError:
             raise HTTPException(400, "not a cursor this dashboard made") from None
+        if state is not None and state not in t.graph.states and not page.rows \
+                and "after" not in q:
+            raise HTTPException(
+                404, f"{t.name} has no rows in {state!r}, which {t.graph.__name__} lacks")
         columns = [c.name for c in t.table.c if c.name != "state_history"]
         return d.page(
             request, "rows.html", model=t.name, states=list(t.graph.states), state=state,
-            due=due, failing=failing, page=page, columns=columns, pk=t.pk,
+            due=due, failing=failing, unknown=unknown, page=page, columns=columns, pk=t.pk,
             retryable=state in {s.name for s in t.graph.scheduled_states()},
         )
 
@@ -345,7 +354,8 @@ def _overview(d: Dashboard) -> dict[str, Any]:
     for t in store.tracked:
         mine = {c["state"]: c for c in counts if c["model"] == t.name}
         states = []
-        for name in [*t.graph.states, *sorted(set(mine) - set(t.graph.states))]:
+        for name in [*t.graph.states, *(c["state"] for c in counts if c["model"] == t.name
+                                         and c["state"] not in t.graph.states)]:
             c = mine.get(name)
             oldest = c["oldest_due"] if c else None
             states.append({
@@ -355,6 +365,7 @@ def _overview(d: Dashboard) -> dict[str, Any]:
                 "failing": c["failing"] if c else 0,
                 "estimated": bool(c and c["estimated"]),
                 "scheduled": name in {s.name for s in t.graph.scheduled_states()},
+                "other": name == _dashboard.OTHER_STATES,
             })
         models.append({"model": t.name, "graph": t.graph.__name__, "states": states,
                        "throughput": speed.get(t.name, []), "paused": paused.get(t.name)})
@@ -363,6 +374,7 @@ def _overview(d: Dashboard) -> dict[str, Any]:
         "workers": _dashboard.live_workers(store, now, LIVE_AFTER),
         "launcher": _launcher(d.launcher_control),
         "actions": _dashboard.recent_actions(store, 10),
+        "unknown_cap": _dashboard.UNKNOWN_CAP,
     }
 
 
