@@ -17,7 +17,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -236,15 +236,15 @@ def serve_metrics(port: int | None, host: str = "127.0.0.1") -> None:
     log.info("metrics on http://%s:%d/metrics", host, port, extra={"action": "metrics_start"})
 
 
-def serve(stator: Stator, worker: Worker) -> RunSummary:
+def serve(stator: Stator, worker: Worker, with_signals: bool = True) -> RunSummary:
     """Run a worker until it stops, logging its start and end (``stator run``, and Django's
-    ``manage.py runstator``)."""
+    ``manage.py runstator``).  ``with_signals=False`` off the main thread (``--reload``)."""
     log.info(
         "worker %s: %s on %s, concurrency %d", worker.id,
         ", ".join(t.name for t in worker.tracked), stator.url, worker.options.concurrency,
         extra={"action": "worker_start"},
     )
-    summary = _run_with_signals(worker)
+    summary = _run_with_signals(worker, with_signals)
     log.info(
         "worker %s stopped (%s): %d rows processed, %d transitions in %.1fs",
         worker.id, summary.reason, summary.processed, summary.transitions, summary.seconds,
@@ -301,7 +301,7 @@ def _when_reachable(make: Callable[[], Worker]) -> Worker | None:
             return made
 
 
-def _run_with_signals(worker: Worker) -> RunSummary:
+def _run_with_signals(worker: Worker, with_signals: bool = True) -> RunSummary:
     """Run the worker off the main thread; the main thread waits on the worker's board with a
     short timeout (HarvestMan's design) so signals, which Python delivers only to it, still
     arrive."""
@@ -318,7 +318,7 @@ def _run_with_signals(worker: Worker) -> RunSummary:
             worker.store.thread_done()
 
     forced = "forced exit: leases will expire and the rows will be run again"
-    with stop_signals(worker.stop, forced):
+    with stop_signals(worker.stop, forced) if with_signals else nullcontext():
         thread = threading.Thread(target=target, name="stator-coordinator")
         thread.start()
         while thread.is_alive() and worker.board.state_of(COORDINATOR) != ThreadState.STOPPED:

@@ -194,8 +194,15 @@ class Stator:
         models: Iterable[str] | None = None,
         exclude: Iterable[str] | None = None,
         liveness_file: str | Path | None = None,
+        max_tasks: int | None = None,
+        worker_id: str | None = None,
     ) -> Worker:
-        """A worker for this database; call ``.run()`` on it (``.stop()`` from elsewhere)."""
+        """A worker for this database; call ``.run()`` on it (``.stop()`` from elsewhere).
+
+        ``max_tasks``: stop gracefully once this many rows have been claimed for their
+        handlers (a supervisor then starts a fresh process).  ``worker_id``: the worker's
+        name in the heartbeat table, errors and task results (unique per worker, at most
+        64 characters); by default the process id and a random part."""
         if run_for is not None and run_for <= 0:
             raise ConfigError("run_for must be > 0 seconds (leave it out to run until stopped)")
         if idle_window < 0:
@@ -204,10 +211,14 @@ class Stator:
             concurrency=concurrency or self.concurrency, batch_size=self.batch_size,
             until_idle=until_idle, idle_window=idle_window, run_for=run_for,
             liveness_file=Path(liveness_file) if liveness_file else None,
-            listen_url=self.listen_url,
+            listen_url=self.listen_url, max_tasks=max_tasks, worker_id=worker_id,
         )
         if options.concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
+        if max_tasks is not None and max_tasks < 1:
+            raise ConfigError("max_tasks must be at least 1")
+        if worker_id is not None and not 0 < len(worker_id) <= 64:
+            raise ConfigError("worker_id must be 1 to 64 characters")
         if self.listen_url is not None:
             try:
                 make_url(self.listen_url)

@@ -11,9 +11,12 @@ or the settings a process starts with matter.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -137,6 +140,10 @@ def test_batch_size_is_the_most_rows_one_claim_takes(
     (["--concurrency", "-2"], "--concurrency must be at least 1"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["-r", "0"], "--run-for must be > 0 seconds"),
+    (["--max-tasks", "0"], "--max-tasks must be at least 1"),
+    (["--max-tasks", "-1"], "--max-tasks must be at least 1"),
+    (["--worker-id", ""], "--worker-id must be 1 to 64 printable characters"),
+    (["--worker-id", "w" * 65], "--worker-id must be 1 to 64 printable characters"),
 ])
 def test_values_below_one_are_one_error_line(
     capsys: pytest.CaptureFixture[str], args: list[str], message: str
@@ -197,6 +204,181 @@ def test_until_idle_leaves_a_task_another_session_holds_locked(
     assert summaries[0].reason == "idle"  # not "run-for elapsed"
     assert tasks_jobs.add.get_result(free.id).return_value == 4
     assert tasks_jobs.add.get_result(locked.id).status == TaskResultStatus.READY
+
+
+# -- what people migrating from db_worker look for ----------------------------------------------
+
+
+def summaries_of(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The RunSummary of each worker ``runstator`` serves from now on."""
+    from stator import _cli
+
+    found: list[Any] = []
+    serve = _cli.serve
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        found.append(serve(*args, **kwargs))
+        return found[-1]
+
+    monkeypatch.setattr(_cli, "serve", recording)
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_max_tasks_exits_0_after_that_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``--until-idle``: the worker ends by itself once three rows were handled."""
+    summaries = summaries_of(monkeypatch)
+    Note.objects.bulk_create([Note() for _ in range(5)])
+    runstator("orders.Note", "--max-tasks", "3", "-c", "2", "-r", "60")
+    assert summaries[0].reason == "max-tasks reached" and summaries[0].processed == 3
+    assert sorted(states(Note).values()) == ["draft", "draft", "sent", "sent", "sent"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_id_names_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stator.django.models import StatorWorker
+
+    seen: list[str] = []
+    monkeypatch.setattr(NoteStates.states["draft"], "handler", lambda note: seen.append(
+        StatorWorker.objects.get().id) or NoteStates.sent)
+    Note.objects.create()
+    runstator("orders.Note", "--worker-id", "box-7", "--until-idle")
+    assert seen == ["box-7"]
+
+
+@needs_tasks
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_exclude_queue_leaves_those_queues_tasks(alias: str, tasks: str) -> None:
+    import tasks_jobs
+    from django.tasks import TaskResultStatus
+
+    default = tasks_jobs.add.enqueue(1, 1)
+    mail = tasks_jobs.shout.enqueue("hi")
+    runstator("--exclude-queue", "mail", "--exclude-queue", "other", "--until-idle")
+    assert tasks_jobs.add.get_result(default.id).return_value == 2
+    assert tasks_jobs.shout.get_result(mail.id).status == TaskResultStatus.READY
+
+
+@needs_tasks
+@pytest.mark.django_db(transaction=True)
+def test_backend_runs_only_that_backends_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    import tasks_jobs
+    from django.tasks import TaskResultStatus
+    from django.test import override_settings
+
+    backend = {"BACKEND": "stator.django.tasks.StatorBackend", "QUEUES": ["default", "mail"]}
+    with override_settings(TASKS={"default": backend, "other": backend,
+                                  "plain": {"BACKEND": "django.tasks.backends.dummy."
+                                                       "DummyBackend"}}):
+        mine = tasks_jobs.add.using(backend="other").enqueue(1, 2)
+        theirs = tasks_jobs.add.enqueue(3, 4)
+        runstator("--backend", "other", "--until-idle")
+        assert tasks_jobs.add.using(backend="other").get_result(mine.id).return_value == 3
+        assert tasks_jobs.add.get_result(theirs.id).status == TaskResultStatus.READY
+        capsys.readouterr()
+        for alias in ("plain", "nowhere"):
+            with pytest.raises(SystemExit) as exited:
+                runstator("--backend", alias, "--until-idle")
+            assert exited.value.code == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: --backend '{alias}' is not a Stator task backend")
+            assert "(configured: default, other)" in err and len(err.strip().splitlines()) == 1
+
+
+@needs_tasks
+@pytest.mark.slow
+@pytest.mark.parametrize("project_env", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_djangos_task_lines_from_v2_each_once(project_env: dict[str, str], debug: str) -> None:
+    """Django's ``django.tasks`` lines (id, path, state), as ``db_worker`` shows them: from
+    ``-v 2`` on, each once, with ``DEBUG`` on (Django's console handler) or off; at ``-v 1``
+    only the FAILED one."""
+    env = {**project_env, "TASKPROJ_DEBUG": debug}
+    task_manage(env, "migrate", "-v", "0")
+    ids = task_shell(env, "from jobs import noop, refuse\n"
+                          "out = [noop.enqueue().id, refuse.enqueue('no').id]")
+    assert isinstance(ids, list)
+    ok, failed = ids
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("taskproj") / "manage.py"), "runstator",
+         "--until-idle", "-v", "2"], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    for task_id, path, final in ((ok, "jobs.noop", "SUCCESSFUL"),
+                                 (failed, "jobs.refuse", "FAILED")):
+        for state in ("RUNNING", final):
+            line = f"Task id={task_id} path={path} state={state}"
+            assert sum(line in x for x in lines) == 1, (line, run.stderr)
+    again = task_shell(env, "from jobs import refuse\nout = refuse.enqueue('no').id")
+    quiet = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("taskproj") / "manage.py"), "runstator",
+         "--until-idle"], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "state=RUNNING" not in quiet.stderr
+    assert quiet.stderr.count(f"Task id={again} path=jobs.refuse state=FAILED") == 1
+
+
+VERSIONED = "from django.tasks import task\n\n\n@task\ndef version() -> int:\n    return {}\n"
+
+
+@needs_tasks
+@pytest.mark.slow
+@pytest.mark.parametrize("project_env", ["sqlite"], indirect=True)
+def test_reload_restarts_the_worker_when_code_changes(
+    project_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``--reload`` (Django's autoreloader, as ``runserver``): a task's module changes, the
+    worker restarts, and the next task runs the new code."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    source = Path(__file__).with_name("taskproj")
+    for name in ("manage.py", "settings.py"):
+        (project / name).write_text((source / name).read_text())
+    jobs = project / "jobs.py"
+    jobs.write_text(VERSIONED.format(1))
+    env = {**project_env, "PYTHONPATH": project_env["PYTHONPATH"].replace(str(source),
+                                                                          str(project))}
+    def in_copy(code: str) -> object:
+        done = subprocess.run([sys.executable, str(project / "manage.py"), "shell", "-c",
+                               f"import json\n{code}\nprint(json.dumps(out))"],
+                              env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    in_copy("from django.core.management import call_command\n"
+            "out = call_command('migrate', verbosity=0)")
+    enqueue = "from jobs import version\nout = version.enqueue().id"
+    result = ("from jobs import version\n"
+              "r = version.get_backend().get_result({!r})\n"
+              "out = r.return_value if r.is_finished else None")
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen([sys.executable, str(project / "manage.py"), "runstator",
+                               "--reload"], env=env, stdout=log, stderr=log,
+                              start_new_session=True)
+    try:
+        first = in_copy(enqueue)
+        wait_for(lambda: in_copy(result.format(first)) == 1, "the first task")
+        jobs.write_text(VERSIONED.format(2))
+        later = time.time() + 5  # a newer modification time than the reloader has seen
+        os.utime(jobs, (later, later))
+        wait_for(lambda: (tmp_path / "worker.log").read_text().count("INFO stator: worker ") >= 3,
+                 "the worker to restart")  # started, stopped, started again
+        second = in_copy(enqueue)
+        wait_for(lambda: in_copy(result.format(second)) == 2, "the new code to run")
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        log.close()
+    text = (tmp_path / "worker.log").read_text()
+    assert "stopped (code changed or stopped (--reload))" in text, text
+
+
+def wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 # -- in real processes: -r, -v, SIGTERM ----------------------------------------------------------

@@ -9,6 +9,7 @@ results to write, housekeeping, or a wake-up (LISTEN/NOTIFY on PostgreSQL, a
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -53,7 +54,7 @@ class Worker:
         self.clock = clock
         self.tracked = list(tracked)
         self.options = options
-        self.id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.id = options.worker_id or f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.executor = Executor(store, clock, self.id)
         self.board = Board()
         self._signals = Signals()
@@ -84,6 +85,7 @@ class Worker:
         self._passed_by = 0  # consecutive empty claims with rows due (held by other sessions)
         self._look_again_at = 0.0  # monotonic: claim rows passed by again from then on
         self._rr = 0
+        self._handed_out = 0  # rows claimed for their handlers so far (for max_tasks)
         self._outage = Outage("worker")
         self._failures = FailureLog()
         self._broken = Broken()
@@ -156,6 +158,9 @@ class Worker:
                     time.monotonic() - began >= self.options.run_for
                 ):
                     self.stop("run-for elapsed")
+                    continue
+                if self._tasks_left() == 0 and self._quiet():
+                    self.stop("max-tasks reached")
                     continue
                 if self._maybe_due and self._room() > 0:
                     self.board.report(COORDINATOR, ThreadState.CLAIMING, notify=False)
@@ -236,7 +241,13 @@ class Worker:
     def _room(self) -> int:
         backlog = self._handlers.backlog
         target = self._target_backlog()
-        return target - backlog if backlog <= target // 2 else 0
+        return min(target - backlog if backlog <= target // 2 else 0, self._tasks_left())
+
+    def _tasks_left(self) -> int:
+        """How many more rows ``max_tasks`` lets this worker claim for their handlers."""
+        if self.options.max_tasks is None:
+            return sys.maxsize
+        return max(self.options.max_tasks - self._handed_out, 0)
 
     def _claim(self) -> bool:
         room = self._room()
@@ -259,6 +270,8 @@ class Worker:
                 continue
             self._broken.healed(tracked.name)
             _metrics.claimed(len(rows))
+            states = tracked.graph.states
+            self._handed_out += sum(1 for _obj, c in rows if states[c.state].handler is not None)
             self._handlers.dispatch(
                 [self.executor.prepare(tracked, obj, claimed) for obj, claimed in rows]
             )

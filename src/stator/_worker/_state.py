@@ -20,6 +20,8 @@ class WorkerOptions:
     run_for: float | None = None
     liveness_file: Path | None = None
     listen_url: str | None = None  # a direct connection for LISTEN (behind a pooler)
+    max_tasks: int | None = None  # stop after this many handler runs (memory hygiene)
+    worker_id: str | None = None  # the worker's name; default: pid and a random part
 
 
 @dataclass

@@ -186,12 +186,23 @@ class StatorTask(StatorModel):
 
     @classmethod
     def stator_claim_where(cls, options: dict[str, Any]) -> str | None:
-        """The claim condition for a worker of ``options["queues"]`` (None: every queue)."""
-        queues: Sequence[str] | None = options.get("queues")
-        if not queues:
-            return None
-        listed = ", ".join("'" + q.replace("'", "''") + "'" for q in queues)
-        return f"queue_name IN ({listed})"
+        """The claim condition for a worker of ``options["queues"]`` (None: every queue),
+        but not ``options["exclude_queues"]``, of ``options["backends"]`` (None: all)."""
+        conditions = [
+            f"{column}{negation} IN ({', '.join(_sql_text(v) for v in values)})"
+            for column, negation, values in (
+                ("queue_name", "", options.get("queues")),
+                ("queue_name", " NOT", options.get("exclude_queues")),
+                ("backend", "", options.get("backends")),
+            )
+            if values
+        ]
+        return " AND ".join(conditions) or None
+
+
+def _sql_text(value: str) -> str:
+    """A string literal in a claim condition (built once per worker, from its options)."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 @checks.register()

@@ -12,6 +12,11 @@ def noop() -> None:
 
 
 @task
+def refuse(message: str) -> None:
+    raise ValueError(message)
+
+
+@task
 def slow_first_time(markers: str) -> str:
     """Leaves a marker per run; the first run hangs (until its worker is killed)."""
     folder = Path(markers)

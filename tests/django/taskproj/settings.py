@@ -8,6 +8,7 @@ import os
 from urllib.parse import urlsplit
 
 SECRET_KEY = "tests-only"
+DEBUG = os.environ.get("TASKPROJ_DEBUG") == "1"
 USE_TZ = True
 INSTALLED_APPS = ["stator.django"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

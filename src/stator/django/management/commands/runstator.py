@@ -3,8 +3,13 @@ on the engine ``stator run`` uses).  SIGINT once or SIGTERM: graceful; SIGINT tw
 
 from __future__ import annotations
 
+import atexit
 import logging
+import sys
+import threading
 from argparse import ArgumentParser
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +18,10 @@ from django.core.management.base import BaseCommand
 from ... import _setup
 
 LEVELS = {0: "WARNING", 1: "INFO", 2: "DEBUG", 3: "DEBUG"}
+# Django's own task lines ("Task id=… path=… state=…"): from -v 2 on, as ``db_worker`` shows
+# them; below that only FAILED ones (logged at ERROR).
+RELOAD_GRACE = 60.0  # seconds a --reload restart waits for running handlers to finish
+TASK_LEVELS = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 
 class Command(BaseCommand):
@@ -41,30 +50,124 @@ class Command(BaseCommand):
                             help="Address the metrics port listens on (default 127.0.0.1).")
         parser.add_argument("--queue", action="append", default=None, metavar="NAME",
                             help="Task queues to run (repeatable; default: all configured).")
+        parser.add_argument("--exclude-queue", action="append", default=None, metavar="NAME",
+                            help="Task queues not to run (repeatable).")
+        parser.add_argument("--backend", default=None, metavar="ALIAS",
+                            help="Only the tasks of this TASKS backend (default: all).")
+        parser.add_argument("--max-tasks", type=int, default=None, metavar="N",
+                            help="Exit 0 after N tasks (a supervisor starts a fresh worker).")
+        parser.add_argument("--worker-id", default=None, metavar="ID",
+                            help="This worker's name (unique; default: pid and a random part).")
+        parser.add_argument("--reload", action="store_true",
+                            help="Restart when code changes (development, as runserver).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from stator._cli import _setup_logging, fail, serve, serve_metrics, user_errors
+        from stator._cli import _setup_logging, fail
 
         _setup_logging(LEVELS.get(options["verbosity"], "INFO"))
-        logging.getLogger("django").setLevel(logging.WARNING)
-        for name in ("concurrency", "batch_size"):
+        for name in ("concurrency", "batch_size", "max_tasks"):
             if options[name] is not None and options[name] < 1:
                 fail(f"--{name.replace('_', '-')} must be at least 1")
         if options["run_for"] is not None and options["run_for"] <= 0:
             fail("--run-for must be > 0 seconds (leave it out to run until stopped)")
+        worker_id = options["worker_id"]
+        if worker_id is not None and not (0 < len(worker_id) <= 64 and worker_id.isprintable()):
+            fail("--worker-id must be 1 to 64 printable characters")
+        if options["reload"]:
+            from django.utils import autoreload
+
+            autoreload.run_with_reloader(self._reloaded_run, **options)
+            return
+        self._run(options, with_signals=True)
+
+    def _run(self, options: dict[str, Any], with_signals: bool) -> None:
+        from stator._cli import serve, serve_metrics, user_errors
+
         with user_errors():
             check_or_fail()
+            backends = None if options["backend"] is None else [task_backend(options["backend"])]
             serve_metrics(options["metrics_port"], options["metrics_host"])
             models = select_models(options["labels"], options["exclude"])
             stator = _setup.build_stator(
                 models=models, concurrency=options["concurrency"],
-                batch_size=options["batch_size"], options={"queues": options["queue"]},
+                batch_size=options["batch_size"], options={
+                    "queues": options["queue"], "exclude_queues": options["exclude_queue"],
+                    "backends": backends,
+                },
             )
             worker = stator.worker(
                 until_idle=options["until_idle"], idle_window=options["idle_window"],
                 run_for=options["run_for"], liveness_file=options["liveness_file"],
+                max_tasks=options["max_tasks"], worker_id=options["worker_id"],
             )
-        serve(stator, worker)
+        with django_log_lines(options["verbosity"]):
+            if with_signals:
+                serve(stator, worker)
+                return
+            # --reload: this runs off the main thread, which watches the code; a change (or
+            # SIGTERM) exits the process, and the worker stops gracefully on the way out.
+            served = threading.Event()
+            atexit.register(_stop_and_wait, worker, served)
+            try:
+                serve(stator, worker, with_signals=False)
+            finally:
+                served.set()
+
+    def _reloaded_run(self, **options: Any) -> None:
+        self._run(options, with_signals=False)
+
+
+def _stop_and_wait(worker: Any, served: threading.Event) -> None:
+    """At the exit of a ``--reload`` process: a graceful stop (unstarted rows handed back,
+    running ones finished) before the interpreter ends the worker's threads."""
+    worker.stop("code changed or stopped (--reload)")
+    served.wait(RELOAD_GRACE)
+
+
+@contextmanager
+def django_log_lines(verbosity: int) -> Iterator[None]:
+    """Django's own log lines during the run: only warnings and errors, but its task lines
+    (``django.tasks``) from ``-v 2`` on, as ``db_worker`` shows them; each printed once.
+
+    They reach the user through this command's handler (the root logger's).  Django's
+    default ``console`` handler on the ``django`` logger prints them too when ``DEBUG`` is
+    on, so for the run ``django.tasks`` goes to the ``django`` logger's other handlers
+    (``mail_admins``, the project's own) and to the root's, not to that one.  Restored after.
+    """
+    django_log, tasks_log = logging.getLogger("django"), logging.getLogger("django.tasks")
+    saved = (django_log.level, tasks_log.level, tasks_log.propagate, list(tasks_log.handlers))
+    django_log.setLevel(logging.WARNING)
+    tasks_log.setLevel(TASK_LEVELS.get(verbosity, logging.DEBUG))
+    if tasks_log.propagate:
+        kept = [h for h in django_log.handlers if not _prints_to_console(h)]
+        tasks_log.handlers = [*tasks_log.handlers, *kept, *logging.getLogger().handlers]
+        tasks_log.propagate = False
+    try:
+        yield
+    finally:
+        django_log.level, tasks_log.level, tasks_log.propagate = saved[:3]
+        tasks_log.handlers = saved[3]
+
+
+def _prints_to_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and handler.stream in (
+        sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+
+
+def task_backend(alias: str) -> str:
+    """``--backend ALIAS``: a ``TASKS`` entry that uses Stator's backend."""
+    from django.conf import settings
+
+    from stator.errors import ConfigError
+
+    from ..._task_model import BACKEND_PATH
+
+    configured = getattr(settings, "TASKS", None) or {}
+    ours = sorted(a for a, p in configured.items() if p.get("BACKEND") == BACKEND_PATH)
+    if alias not in ours:
+        raise ConfigError(f"--backend {alias!r} is not a Stator task backend in settings.TASKS "
+                          f"(configured: {', '.join(ours) or 'none'})")
+    return alias
 
 
 def check_or_fail() -> None:
