@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from prometheus_client import CollectorRegistry, generate_latest
@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._diagram import to_mermaid
 from .._drawing import edge_key, node_key, to_svg
@@ -50,14 +51,16 @@ class Dashboard:
         )
         self.env.filters["age"] = _age
         self.env.filters["figure"] = _figure
-        self.env.filters["part"] = lambda v: quote(str(v), safe="")  # one URL path segment
+        self.env.filters["part"] = _part
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(DatabaseCollector(stator))
         self.by_name = {t.name: t for t in stator.store.tracked}
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def tracked(self, model: str) -> TrackedModel:
+    def tracked(self, segment: str) -> TrackedModel:
+        """The model a path segment names (kept encoded by ``ModelInOneSegment``)."""
+        model = unquote(segment)
         found = self.by_name.get(model)
         if found is None:
             raise HTTPException(404, f"no model {model!r} here")
@@ -253,7 +256,7 @@ def create_app(
             raise HTTPException(409, str(exc)) from None
         except TransitionError as exc:
             raise HTTPException(400, str(exc)) from None
-        where = f"/models/{quote(t.name)}/rows/{quote(str(row[t.pk]), safe='')}"
+        where = f"/models/{_part(t.name)}/rows/{_part(row[t.pk])}"
         return RedirectResponse(f"{where}?{urlencode({'done': done})}", status_code=303)
 
     def confirm_state(request: Request) -> Response:
@@ -274,7 +277,7 @@ def create_app(
         n = await run_in_threadpool(_dashboard.retry_failing, d.stator.store, t, state,
                                     d.stator.clock.now(), d.actor(request))
         query = urlencode({"state": state, "done": n})
-        return RedirectResponse(f"/models/{quote(t.name)}/rows?{query}", status_code=303)
+        return RedirectResponse(f"/models/{_part(t.name)}/rows?{query}", status_code=303)
 
     def confirm_pause(request: Request) -> Response:
         _needs_token()
@@ -320,8 +323,34 @@ def create_app(
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    app.add_middleware(ModelInOneSegment)
     app.state.dashboard = d
     return app
+
+
+def _part(value: object) -> str:
+    """``value`` as one URL path segment: ``/``, ``?``, ``#`` and ``%`` encoded too."""
+    return quote(str(value), safe="")
+
+
+class ModelInOneSegment:
+    """Routes get a model's path segment still percent-encoded (``Dashboard.tracked`` decodes
+    it): a table's name may hold ``/``, which the decoded path would split in two."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw:
+            parts = raw.decode("latin-1").split("/", 4)
+            at = 3 if parts[1:3] == ["api", "models"] else 2 if parts[1:2] == ["models"] else 0
+            if at and len(parts) > at:
+                head, rest = parts[:at], "/".join(parts[at + 1:])
+                path = "/".join([*head, _part(unquote(parts[at]))])
+                scope = {**scope, "path": path + ("/" + unquote(rest) if at + 1 < len(parts)
+                                                  else "")}
+        await self.app(scope, receive, send)
 
 
 def _action(request: Request) -> str:
