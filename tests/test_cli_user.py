@@ -331,3 +331,174 @@ def test_a_command_run_in_process_leaves_no_connection_open(app_dir, capsys, bac
         warnings.simplefilter("always")
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+# -- issue 20, item 11: careless input is one line, and a mistaken command changes nothing -----
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_database_is_refused_in_one_line(app_dir, capsys, url):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    code, _out, err = run_cli(capsys, "status", app, "--db", url)
+    assert code == 2
+    assert "in-memory SQLite database" in one_error_line(err)
+
+
+def test_a_url_that_cannot_be_parsed_is_one_line_that_hides_it(app_dir, capsys):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    code, _out, err = run_cli(capsys, "status", app, "--db", "postgresql://u:s3cret@[::1/db")
+    assert code == 2
+    assert "not a database URL" in one_error_line(err)
+    assert "s3cret" not in err
+
+
+def test_a_liveness_file_in_a_missing_folder_is_one_line(app_dir, capsys):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    assert run_cli(capsys, "migrate", app)[0] == 0
+    code, _out, err = run_cli(capsys, "run", app, "--until-idle", "--liveness-file",
+                              str(app_dir / "missing" / "live"))
+    assert code == 2
+    assert "cannot write the liveness file" in one_error_line(err)
+
+
+@pytest.mark.parametrize("option", [("--idle-window", "nan"), ("--run-for", "nan"),
+                                    ("--run-for", "inf"), ("--idle-window", "inf")])
+def test_seconds_must_be_finite(app_dir, capsys, option):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    code, _out, err = run_cli(capsys, "run", app, "--until-idle", *option)
+    assert code == 2
+    assert "not a finite number of seconds" in one_error_line(err)
+
+
+def test_the_worker_api_refuses_times_that_are_not_finite(app_dir, tmp_path):
+    from stator.errors import ConfigError
+
+    app = write_app(app_dir, f"sqlite:///{tmp_path / 'a.db'}")
+    module = __import__(app.split(":")[0])
+    for bad in ({"run_for": float("nan")}, {"run_for": float("inf")},
+                {"idle_window": float("nan")}):
+        with pytest.raises(ConfigError, match="number of seconds"):
+            module.stator.worker(**bad)
+    module.stator.dispose()
+
+
+def test_concurrency_has_an_upper_bound_said_in_help(app_dir, capsys):
+    from stator._stator import MAX_CONCURRENCY
+
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    code, _out, err = run_cli(capsys, "run", app, "--until-idle", "--concurrency", "100000")
+    assert code == 2
+    assert "--concurrency" in one_error_line(err)
+    code, out, _err = run_cli(capsys, "run", "--help")
+    assert f"1 to {MAX_CONCURRENCY}" in " ".join(out.split())
+
+
+def test_the_api_bounds_concurrency_too(app_dir):
+    from stator._stator import MAX_CONCURRENCY
+    from stator.errors import ConfigError
+
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    module = __import__(app.split(":")[0])
+    with pytest.raises(ConfigError, match=f"at most {MAX_CONCURRENCY}"):
+        module.stator.worker(concurrency=MAX_CONCURRENCY + 1)
+    module.stator.dispose()
+
+
+@pytest.mark.parametrize("command", [("status",), ("run", "--until-idle")])
+def test_a_command_pointed_at_another_sqlite_database_changes_nothing(app_dir, capsys, command):
+    other, empty = app_dir / "other.db", app_dir / "empty.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE things (x)")
+    sqlite3.connect(other).close()
+    empty.touch()
+    before = other.read_bytes()
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    for path in (other, empty):
+        code, _out, err = run_cli(capsys, command[0], app, "--db", f"sqlite:///{path}",
+                                  *command[1:])
+        assert code == 2
+        assert "has no Stator tables" in one_error_line(err)
+    assert other.read_bytes() == before  # still in its own journal mode: no switch to WAL
+    assert empty.stat().st_size == 0
+    assert sorted(p.name for p in app_dir.glob("*.db*")) == ["empty.db", "other.db"]
+
+
+def test_migrate_still_puts_a_new_database_in_wal(app_dir, capsys):
+    path = app_dir / "a.db"
+    app = write_app(app_dir, f"sqlite:///{path}")
+    assert run_cli(capsys, "migrate", app)[0] == 0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+# A filesystem of our own, in a mount namespace of its own: it vanishes with the process.
+# Tests run as root, where file permissions do not stop writes; a read-only or full
+# filesystem does.
+PRIVATE_MOUNT = """
+set -e
+mount -t tmpfs -o size={size} tmpfs "$PLACE" || exit 99
+cd "$APP_DIR"
+$PY -c "from stator._cli import main; main()" migrate "$APP" >/dev/null
+"""
+
+
+def in_private_mount(app_dir: Path, app: str, size: str, script: str) -> Any:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    place = app_dir / "place"
+    place.mkdir()
+    env = {**os.environ, "PLACE": str(place), "APP_DIR": str(app_dir), "APP": app,
+           "PY": sys.executable, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        ["unshare", "-m", "bash", "-c", PRIVATE_MOUNT.format(size=size) + script],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    if done.returncode == 99 or "unshare failed" in done.stderr:
+        pytest.skip(f"cannot mount a filesystem here: {done.stderr.strip()}")
+    return done
+
+
+def test_a_database_on_a_read_only_filesystem_is_one_true_line(app_dir):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'place' / 'a.db'}")
+    done = in_private_mount(app_dir, app, "1m", """
+mount -o remount,ro "$PLACE"
+for command in status "run --until-idle" migrate; do
+    set +e
+    $PY -c "from stator._cli import main; main()" $command "$APP"
+    echo "rc=$?"
+done
+""")
+    assert done.stdout.split() == ["rc=2"] * 3, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 3 and all("is on a read-only filesystem" in line for line in lines)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_disk_that_stays_full_ends_until_idle_with_one_line(app_dir):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'place' / 'a.db'}")
+    done = in_private_mount(app_dir, app, "256k", """
+# Another process keeps the database open, so its WAL files exist once the disk is full.
+$PY -c "
+import sqlite3, sys
+conn = sqlite3.connect('place/a.db')
+conn.executemany('INSERT INTO jobs (id) VALUES (?)', [(i,) for i in range(1, 200)])
+conn.commit()
+print('ready', flush=True)
+sys.stdin.read()
+" < <(sleep 60 2>/dev/null) > ready 2>/dev/null &
+holder=$!
+while ! grep -q ready ready 2>/dev/null; do sleep 0.05; done
+dd if=/dev/zero of=place/fill bs=1k 2>/dev/null || true
+set +e
+$PY -c "import stator._broken as b; b.DISK_FULL_PATIENCE = 0.2
+from stator._cli import main; main()" run "$APP" --until-idle
+echo "rc=$?"
+kill $holder
+""")
+    assert done.stdout.split() == ["rc=2"], done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "disk is full" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr

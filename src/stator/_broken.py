@@ -51,6 +51,21 @@ def is_incurable(exc: BaseException) -> bool:
     return any(fragment in text for fragment in PG_INCURABLE_TEXT)
 
 
+# A full disk may be freed by someone (an outage, retried); a one-off run (``--until-idle``)
+# gives up once it has stayed full this long (seconds).
+DISK_FULL_PATIENCE = 30.0
+PG_DISK_FULL = "53100"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """The database could not write for lack of space (SQLite's SQLITE_FULL, PostgreSQL's
+    disk_full)."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) == PG_DISK_FULL:
+        return True
+    return isinstance(orig, sqlite3.Error) and "database or disk is full" in str(orig).lower()
+
+
 def first_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -31,8 +32,9 @@ from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError
 
 from ._board import ThreadState
+from ._broken import is_disk_full
 from ._outage import Outage, is_transient
-from ._stator import Stator
+from ._stator import MAX_CONCURRENCY, Stator
 from ._worker import COORDINATOR, RunSummary, Worker
 from .errors import ConfigError, StatorError
 
@@ -41,6 +43,19 @@ from .errors import ConfigError, StatorError
 err = Console(stderr=True, markup=False)
 out = Console(markup=False, soft_wrap=True)  # a line piped to a file is not cut at 80
 log = logging.getLogger("stator")
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds within a range, and finite: click's own range lets ``nan`` and
+    ``inf`` through."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -58,6 +73,9 @@ def user_errors() -> Iterator[None]:
         fail(str(exc))
     except DBAPIError as exc:
         first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        if is_disk_full(exc) or "disk i/o error" in first.lower():
+            fail(f"database error: {first}; is the disk that holds the database full "
+                 "(df -h) or failing?")
         if exc.statement is None:  # it failed to connect at all
             first += ("; check the database URL (the APP's, or --db) and that the database "
                       "exists and is reachable")
@@ -169,14 +187,15 @@ def migrate(app: str, db: str | None) -> None:
 
 @cli.command()
 @app_command
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
-              help="Handlers run at once (default: the Stator's setting, 4).")
+@click.option("--concurrency", type=click.IntRange(min=1, max=MAX_CONCURRENCY), default=None,
+              help=f"Handlers run at once, 1 to {MAX_CONCURRENCY} (default: the Stator's "
+                   "setting, 4).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Most rows claimed in one statement.")
 @click.option("--until-idle", is_flag=True,
               help="Exit 0 once nothing runs and nothing is due within --idle-window.")
-@click.option("--idle-window", type=click.FloatRange(min=0), default=1.0, show_default=True)
-@click.option("--run-for", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--idle-window", type=Seconds(min=0), default=1.0, show_default=True)
+@click.option("--run-for", type=Seconds(min=0, min_open=True), default=None,
               metavar="SECONDS", help="Stop gracefully after this long.")
 @click.option("--models", "models", multiple=True, metavar="NAME",
               help="Only these models (table or class names; repeat or comma-separate).")
@@ -466,8 +485,9 @@ def _control_option(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--listen-max", type=click.IntRange(min=0), default=32, show_default=True,
               help="PostgreSQL databases to LISTEN on (one connection each); the rest are "
                    "read every --discover-every.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
-              help="Each scheduler's handler concurrency (default: the Stator's setting).")
+@click.option("--concurrency", type=click.IntRange(min=1, max=MAX_CONCURRENCY), default=None,
+              help=f"Each scheduler's handler concurrency, 1 to {MAX_CONCURRENCY} (default: "
+                   "the Stator's setting).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def launcher(
@@ -560,7 +580,7 @@ def launcher_status(as_json: bool, control: Path) -> None:
 @click.option("--idle-window", type=click.FloatRange(min=0), default=5.0)
 @click.option("--lifeline", type=int, default=None)
 @click.option("--after-message", type=int, default=None)
-@click.option("--concurrency", type=click.IntRange(min=1), default=None)
+@click.option("--concurrency", type=click.IntRange(min=1, max=MAX_CONCURRENCY), default=None)
 @click.option("--log-level", default="INFO",
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def launcher_scheduler(

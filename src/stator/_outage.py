@@ -71,6 +71,10 @@ class Outage:
                         now - self._since, short(exc), extra={"action": "db_retry"})
         return _backoff.delay(self.failures, self.first_delay, self.max_delay)
 
+    def lasted(self) -> float:
+        """Seconds since the current outage began (0 when there is none)."""
+        return self._monotonic() - self._since if self.failures else 0.0
+
     def recovered(self) -> None:
         if self.failures:
             log.info("%s: database reachable again after %d failed attempt(s)", self.activity,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,6 +27,9 @@ from .sqlalchemy import StatorMixin
 
 RECENT = timedelta(minutes=5)
 LIVE_AFTER = timedelta(seconds=30)
+# Handler threads per worker: each may hold a database connection (the pool is sized from
+# it), and a server's connections and a process's threads run out long before 100,000.
+MAX_CONCURRENCY = 256
 
 
 @dataclass
@@ -62,8 +66,7 @@ class Stator:
         for model in models:
             if not (isinstance(model, type) and issubclass(model, StatorMixin)):
                 raise ConfigError(f"{model!r} is not a model using StatorMixin")
-        if concurrency < 1:
-            raise ConfigError("concurrency must be at least 1")
+        check_concurrency(concurrency)
         if batch_size < 1:
             raise ConfigError("batch_size must be at least 1")
         self.models = list(models)
@@ -203,18 +206,20 @@ class Stator:
         handlers (a supervisor then starts a fresh process).  ``worker_id``: the worker's
         name in the heartbeat table, errors and task results (unique per worker, at most
         64 characters); by default the process id and a random part."""
-        if run_for is not None and run_for <= 0:
-            raise ConfigError("run_for must be > 0 seconds (leave it out to run until stopped)")
-        if idle_window < 0:
-            raise ConfigError("idle_window must be >= 0 seconds")
+        if run_for is not None and not 0 < run_for < math.inf:
+            raise ConfigError(f"run_for must be a number of seconds > 0 (got {run_for}; leave it "
+                              "out to run until stopped)")
+        if not 0 <= idle_window < math.inf:
+            raise ConfigError(f"idle_window must be a number of seconds >= 0 (got {idle_window})")
+        if liveness_file is not None:
+            _touch_liveness_file(Path(liveness_file))
         options = WorkerOptions(
             concurrency=concurrency or self.concurrency, batch_size=self.batch_size,
             until_idle=until_idle, idle_window=idle_window, run_for=run_for,
             liveness_file=Path(liveness_file) if liveness_file else None,
             listen_url=self.listen_url, max_tasks=max_tasks, worker_id=worker_id,
         )
-        if options.concurrency < 1:
-            raise ConfigError("concurrency must be at least 1")
+        check_concurrency(options.concurrency)
         if max_tasks is not None and max_tasks < 1:
             raise ConfigError("max_tasks must be at least 1")
         if worker_id is not None and not 0 < len(worker_id) <= 64:
@@ -329,6 +334,41 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
+def check_concurrency(concurrency: int) -> None:
+    if concurrency < 1:
+        raise ConfigError("concurrency must be at least 1")
+    if concurrency > MAX_CONCURRENCY:
+        raise ConfigError(
+            f"concurrency must be at most {MAX_CONCURRENCY} (got {concurrency}): each handler "
+            "thread may hold a database connection; run more workers instead"
+        )
+
+
+def _touch_liveness_file(path: Path) -> None:
+    """Touch the liveness file once before the worker starts, so a path that cannot be
+    written (a missing folder, a read-only one) is one clear error, not a crash later."""
+    try:
+        path.touch()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the liveness file {path}: {exc.strerror or exc}"
+        ) from None
+
+
+def _refuse_memory(parsed: Any) -> None:
+    """An in-memory SQLite database lives and dies with one connection: the engine's other
+    connections, its worker threads and the other commands would each see an empty one."""
+    database = parsed.database or ""
+    memory = not database or database == ":memory:" or "mode=memory" in database or (
+        str(parsed.query.get("mode", "")) == "memory")
+    if parsed.get_backend_name() == "sqlite" and memory:
+        raise ConfigError(
+            "an in-memory SQLite database (sqlite:// or :memory:) cannot work with Stator: "
+            "each connection would see its own empty database; use a file, "
+            "sqlite:///path/to/file.db"
+        )
+
+
 def _create_engine(url: str | URL, concurrency: int) -> Engine:
     """An engine for ``url``; every error names the URL without its secrets."""
     try:
@@ -342,6 +382,7 @@ def _create_engine(url: str | URL, concurrency: int) -> Engine:
         raise ConfigError(
             f"Stator supports sqlite:// and postgresql:// URLs, not {shown(url)!r}"
         )
+    _refuse_memory(parsed)
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:

@@ -166,6 +166,22 @@ def dialect_for(engine_or_name: Engine | str) -> SqlDialect:
 BEGIN_OPTION = "stator_begin"
 
 
+def is_stator_database(cursor: Any) -> bool:
+    """Whether Stator's tables are in this SQLite database.  WAL is a lasting property of a
+    file: it is switched on only for Stator's own databases (and by ``migrate``), so a command
+    pointed at the wrong file (another application's database, an empty file) changes
+    nothing there."""
+    cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stator_schema'")
+    return cursor.fetchone() is not None
+
+
+def use_wal(engine: Engine) -> None:
+    """Switch a SQLite database that has just become Stator's to WAL (see
+    ``is_stator_database``)."""
+    with engine.connect().execution_options(**{BEGIN_OPTION: "lazy"}) as conn:
+        conn.exec_driver_sql("PRAGMA journal_mode = WAL")  # outside any transaction
+
+
 def configure_sqlite(engine: Engine) -> None:
     if getattr(engine, "_stator_configured", False):
         return
@@ -176,7 +192,8 @@ def configure_sqlite(engine: Engine) -> None:
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA busy_timeout = 10000")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        if is_stator_database(cursor):
+            cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 

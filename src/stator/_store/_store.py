@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sqlite3
 import threading
@@ -46,7 +47,7 @@ from .._types import UTCDateTime, to_sqlite_text
 from ..errors import ConfigError, SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
 from . import _dashboard, _schema, _unreadable
-from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for, with_client_settings
+from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for, use_wal, with_client_settings
 from ._tracked import TrackedModel
 
 if TYPE_CHECKING:
@@ -132,12 +133,17 @@ class Store:
     def migrate(self) -> list[str]:
         """Create or upgrade Stator's tables and the tracked tables' columns; idempotent."""
         done: list[str] = []
+        read_only = read_only_sqlite(self.engine)
+        if read_only is not None:
+            raise SchemaError(read_only)
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
             applied = _schema.upgrade(conn)
             if applied:
                 done.append(f"stator schema upgraded to version {_schema.SCHEMA_VERSION}")
             for tracked in self.tracked:
                 done.extend(self._migrate_table(conn, tracked))
+        if self.dialect.name == "sqlite":
+            use_wal(self.engine)
         return done
 
     def _migrate_table(self, conn: Connection, tracked: TrackedModel) -> list[str]:
@@ -247,6 +253,9 @@ class Store:
         nowhere = missing_sqlite_file(self.engine)
         if nowhere is not None:  # connecting would create an empty file there
             return [f"no database at {nowhere}; run `stator migrate APP` first"]
+        read_only = read_only_sqlite(self.engine)
+        if read_only is not None:
+            return [read_only]
         with self.engine.connect() as conn:
             version = _schema.current_version(conn)
             if version is None:
@@ -672,6 +681,32 @@ def missing_sqlite_file(engine: Engine) -> Path | None:
         return None  # a URI names its file its own way; leave it to SQLite
     path = Path(url.database)
     return None if path.exists() else path
+
+
+def read_only_sqlite(engine: Engine) -> str | None:
+    """Why a SQLite database file cannot be used, if it lies on a read-only filesystem.
+
+    SQLite would only say "unable to open database file" (it cannot create the WAL's files
+    beside it), which sends one looking for a wrong path.  A file that is merely not writable
+    by this user is SQLite's to report ("readonly database")."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith("file:"):
+        return None  # a URI may ask for read-only on purpose (mode=ro, immutable)
+    path = Path(url.database)
+    for place in (path, path.parent):
+        try:
+            flags = os.statvfs(place).f_flag
+        except OSError:
+            continue
+        if flags & os.ST_RDONLY:
+            return (
+                f"the SQLite database {path} is on a read-only filesystem: Stator writes to it "
+                f"and SQLite needs to create {path.name}-wal and {path.name}-shm beside it; "
+                "remount it read-write or copy the database to a writable place"
+            )
+    return None
 
 
 def _default_sql(column: Any, conn: Connection) -> str:

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _backoff, _metrics, _wake
+from .. import _backoff, _broken, _metrics, _wake
 from .._board import Board, ThreadState
-from .._broken import Broken, DatabaseUnusable, first_line, is_incurable
+from .._broken import Broken, DatabaseUnusable, first_line, is_disk_full, is_incurable
 from .._clock import Clock
 from .._execute import Executor
 from .._failure_log import FailureLog
@@ -202,6 +202,7 @@ class Worker:
             if not is_transient(exc):
                 raise
             self._db_retry_at = time.monotonic() + self._outage.failed(exc)
+            self._give_up_if_disk_stays_full(exc)
             return False
         self._outage.recovered()
         self._broken.healed(what)
@@ -214,6 +215,17 @@ class Worker:
                 "permissions, that it is writable, and that `stator migrate` was run)"
             ) from exc
         self._broken.mark(what, exc)
+
+    def _give_up_if_disk_stays_full(self, exc: BaseException) -> None:
+        """``--until-idle``: a disk that stays full ends the run with one clear error after
+        ``DISK_FULL_PATIENCE`` instead of a wait for ever (a long-running worker waits: space
+        may be freed)."""
+        if (self.options.until_idle and is_disk_full(exc)
+                and self._outage.lasted() >= _broken.DISK_FULL_PATIENCE):
+            raise DatabaseUnusable(
+                f"the database's disk is full: {first_line(exc)} (still full after "
+                f"{_broken.DISK_FULL_PATIENCE:g}s; free some space and run again)"
+            ) from exc
 
     def _healthy(self) -> list[TrackedModel]:
         return [t for t in self.tracked if not self._broken.is_broken(t.name)]
