@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-VENV=${VENV:-.venv}
+VENV=${VENV:-.venv-test}
 PYTHON="$ROOT/$VENV/bin/python"
 if [ ! -x "$PYTHON" ]; then
     echo "no $VENV: run scripts/test.sh once first" >&2
