@@ -155,3 +155,25 @@ def test_manage_py_stator_dashboard_refuses_other_interfaces_without_a_token(
     done = manage(env, "stator", "dashboard", "--host", "0.0.0.0", check=False)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "refusing to serve" in done.stderr
+
+
+KEYS = """
+from starlette.testclient import TestClient
+from stator.dashboard import create_app
+from stator.django._setup import build_stator
+from djtest.orders.models import Order
+Order.objects.create(paid=True, note="x")
+c = TestClient(create_app(build_stator(models=[Order])), raise_server_exceptions=False)
+rows = "/models/orders_order/rows"
+result = [c.get(rows + "/" + pk).status_code for pk in ("abc", "2147483648", "9" * 30)]
+result += [c.get(rows, params={"after": after}).status_code
+           for after in ('["abc"]', "[" + "9" * 30 + "]")]
+result += [c.get(rows + "/1").status_code]
+"""
+
+
+def test_keys_and_cursors_no_row_can_have_are_404_and_400_over_django_models(
+    project: dict[str, str],
+) -> None:
+    """Django's columns have no Python type here: the key's SQL type decides."""
+    assert shell(project, KEYS) == [404, 404, 404, 400, 400, 200]
