@@ -116,3 +116,29 @@ def test_a_row_in_a_state_the_graph_does_not_know_is_left_alone_and_listed(
                               4: ("done", 0), 5: ("done", 0)}
     listed = {s["state"]: s for s in stator.status()["models"][0]["states"]}
     assert listed["vanished"]["rows"] == 1 and not listed["vanished"]["known"]
+
+
+# A state_history the database cannot take the transition into: garbage text on SQLite (the
+# claim cannot read it), a NUL escape in a PostgreSQL json value (accepted, then refused by
+# the jsonb append of the write-back: the whole batch failed with it).
+BAD_HISTORY = {"sqlite": "'garbage'", "postgresql": """'["\\u0000"]'"""}
+
+
+def test_a_row_whose_history_the_database_refuses_costs_that_row_only(
+    backend, build_models, make_stator, clock
+):
+    stator = make_stator(backend, [build_models(Steps, history=True).Order], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(text("INSERT INTO orders (id) VALUES (1), (2), (3), (4), (5)"))
+        conn.execute(text(
+            f"UPDATE orders SET state_history = {BAD_HISTORY[kind_of_backend(backend)]} "
+            "WHERE id = 3"
+        ))
+    summary = stator.worker(until_idle=True, idle_window=0).run()
+    assert summary.reason == "idle"
+    found = states(stator)
+    assert found.pop(3) == ("new", 1)
+    assert found == dict.fromkeys([1, 2, 4, 5], ("done", 0))
+    [error] = stator.status()["errors"]
+    assert (error["row_pk"], error["kind"]) == ("3", "unreadable")
+    assert "state_history" in error["message"]

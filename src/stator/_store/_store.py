@@ -37,6 +37,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, configure_mappers
 from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.schema import CreateTable
@@ -368,6 +369,18 @@ class Store:
         present = [(t, writes) for t, writes in groups if writes]
         if not present:
             return {}
+        try:
+            return self._write_all(present, worker_id)
+        except DBAPIError as exc:
+            if not _unreadable.is_unwritable(exc):
+                raise
+        # A row's values made the database refuse the whole batch: row by row, so that only
+        # that row is set aside (``_unreadable``).
+        return _unreadable.write_row_by_row(self, present, worker_id)
+
+    def _write_all(
+        self, present: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str
+    ) -> dict[str, set[Any]]:
         if len(present) == 1 and self._one_statement(present[0][1]):
             tracked, writes = present[0]
             return {tracked.name: self._write_alone(tracked, writes)}

@@ -14,6 +14,13 @@ error row (kind ``unreadable``, naming the column and its value) and is pushed
 The readable rows a committed claim had leased are handed back, and the claim runs again.
 Once someone fixes the value, the row runs at its next try (or at once with "retry").
 
+A row can also hold what the database refuses once the engine writes it back: PostgreSQL
+accepts ``\u0000`` in a ``json`` column, then refuses it when the transition is appended to
+``state_history`` (a data exception, SQLSTATE class 22), and the whole batch with it.  The
+batch is then written row by row (``write_row_by_row``), and the row the database refuses is
+set aside the same way, its columns untouched, so its batch-mates' results are not lost (nor
+their handlers run again after their lease).
+
 Readers of the earliest due time (the worker's sleep, ``stator status``) skip a value they
 cannot read instead of failing (``readable_time``).
 """
@@ -22,18 +29,19 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, insert, select, text
-from sqlalchemy.exc import DataError, StatementError
+from sqlalchemy.exc import DataError, DBAPIError, StatementError
 
 from . import _schema
 from ._tracked import TrackedModel
 
 if TYPE_CHECKING:
+    from .._policy import Write
     from ._store import Store
 
 log = logging.getLogger("stator.worker")
@@ -184,6 +192,68 @@ def _first_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     return f"{type(orig).__name__}: {lines[0][:300]}" if lines else type(orig).__name__
+
+
+def is_unwritable(exc: BaseException) -> bool:
+    """The database refused a write for a value it met (a data exception), not for a lost
+    connection or a conflict: PostgreSQL's SQLSTATE class 22."""
+    code = getattr(exc.orig, "sqlstate", None) if isinstance(exc, DBAPIError) else None
+    return isinstance(code, str) and code.startswith("22")
+
+
+def write_row_by_row(
+    store: Store, present: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str
+) -> dict[str, set[Any]]:
+    """``Store.write_all`` one row at a time; a row the database refuses is set aside.
+    Returns the primary keys whose fence no longer held, per model."""
+    lost: dict[str, set[Any]] = {}
+    for tracked, writes in present:
+        refused = lost.setdefault(tracked.name, set())
+        for write in writes:
+            try:
+                refused |= store._write_all([(tracked, [write])], worker_id)[tracked.name]
+            except DBAPIError as exc:
+                if not is_unwritable(exc):
+                    raise
+                if not _set_aside_refused(store, tracked, write, exc, worker_id):
+                    refused.add(write.pk)
+    return lost
+
+
+def _set_aside_refused(
+    store: Store, tracked: TrackedModel, write: Write, exc: BaseException, worker_id: str
+) -> bool:
+    """Set aside the row whose write the database refused (fenced like that write, nothing
+    else changed) and record why; False if the fence no longer held."""
+    now = datetime.now(UTC)
+    until = now + SET_ASIDE
+    what = ("its deletion" if write.delete else
+            f"its move to {write.state}" if write.moved else "its next try")
+    message = (
+        f"Stator cannot write this row's result ({what}): {_first_line(exc)}; set aside until "
+        f"{until:%Y-%m-%d %H:%M:%S} UTC: fix the row's values (its state_history, say), then "
+        "retry the row"
+    )
+    table, pk = tracked.quoted_table, tracked.quoted_pk
+    with store._writer, store.engine.connect().execution_options(
+            **{"stator_begin": "immediate"}) as conn, conn.begin():
+        attempts = conn.execute(text(
+            f"UPDATE {table} SET state_next = :until, state_attempts = state_attempts + 1 "
+            f"WHERE {pk} = :pk AND state = :state AND state_next = :fence "
+            "RETURNING state_attempts"
+        ), {"until": store.dialect.ts(until), "pk": write.pk, "state": write.fence_state,
+            "fence": store.dialect.ts(write.fence)}).scalar()
+        if attempts is None:
+            return False
+        conn.execute(insert(_schema.errors_table).values(
+            model=tracked.name, row_pk=str(write.pk), state=write.fence_state,
+            attempt=int(attempts), kind=KIND, message=message[:4000],
+            traceback="".join(traceback.format_exception(exc, chain=False))[-16000:],
+            created_at=now, worker_id=worker_id,
+        ))
+    log.error("%s %s in state %s: %s", tracked.name, write.pk, write.fence_state, message,
+              extra={"action": "row_unwritable"})
+    return True
 
 
 def readable_time(
