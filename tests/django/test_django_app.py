@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -106,8 +108,14 @@ def test_admin_state_column_graph_and_actions(admin_client: Any, clock: ManualCl
     assert "stateDiagram-v2" in change and "OrderStates__new --&gt; OrderStates__charged" in change
     job = Job.objects.create()
     assert "digraph" in admin_client.get(f"/admin/orders/job/{job.pk}/change/").content.decode()
+    asked = admin_client.post("/admin/orders/order/", {
+        "action": "stator_move_to_charged", "_selected_action": [order.pk, shipped.pk],
+    }).content.decode()
+    assert "1 other selected row(s) will be left alone" in asked
+    [seen] = re.findall(r'name="stator_seen" value="([^"]*)"', asked)
     moved = admin_client.post("/admin/orders/order/", {
         "action": "stator_move_to_charged", "_selected_action": [order.pk, shipped.pk],
+        "stator_seen": [html.unescape(seen)], "post": "yes",
     }, follow=True).content.decode()
     assert "1 row(s) moved to charged" in moved and "1 row(s) left alone" in moved
     assert Order.objects.get(pk=order.pk).state == "charged"

@@ -11,7 +11,10 @@ import pytest
 pytest.importorskip("django.tasks", reason="the task backend needs Django >= 6.0")
 
 import tasks_jobs
-from django.test import override_settings
+from django.contrib.admin.models import ADDITION, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client, override_settings
 
 from stator import ManualClock
 from stator.django._setup import build_stator
@@ -49,3 +52,37 @@ def test_task_admin_lists_tasks_shows_errors_and_runs_again(admin_client: Any) -
     assert sorted(copies.values_list("task_path", "state")) == [
         ("tasks_jobs.add", "ready"), ("tasks_jobs.fail", "ready"),
     ]
+
+
+def _staff(*codenames: str) -> Client:
+    user = User.objects.create_user("clerk", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(TASKS=TASKS)
+def test_run_again_needs_the_add_permission_and_is_logged() -> None:
+    """A staff user who may only view tasks cannot run a finished one (a payment, say) again;
+    with the add permission each copy is written in both logs, in its enqueue's transaction."""
+    connection.cursor().execute("DELETE FROM stator_actions")  # not a model: never flushed
+    clock = ManualClock(datetime.now(UTC) + timedelta(seconds=1))
+    paid = tasks_jobs.add.enqueue(2, 3)
+    build_stator(models=[StatorTask], clock=clock).run_once()
+    post = {"action": "run_again", "_selected_action": [paid.id], "index": 0}
+    viewer = _staff("view_statortask")
+    assert "run_again" not in viewer.get("/admin/stator/statortask/").content.decode()
+    viewer.post("/admin/stator/statortask/", post)
+    assert StatorTask.objects.count() == 1 and not LogEntry.objects.exists()
+    User.objects.all().delete()
+    clerk = _staff("view_statortask", "add_statortask")
+    assert "run_again" in clerk.get("/admin/stator/statortask/").content.decode()
+    clerk.post("/admin/stator/statortask/", post)
+    copy = StatorTask.objects.exclude(pk=paid.id).get()
+    [entry] = LogEntry.objects.all()
+    assert entry.action_flag == ADDITION and entry.object_id == copy.pk
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT actor, action, row_pk, detail FROM stator_actions")
+        assert cursor.fetchall() == [("admin:clerk", "run_again", copy.pk, f"again: {paid.id}")]

@@ -574,6 +574,16 @@ def set_paused(store: Store, model: str, paused: bool, now: datetime, actor: str
     return True
 
 
+def record_action(
+    store: Store, now: datetime, actor: str, action: str, model: str, pk: Any, detail: str,
+    affected: int,
+) -> None:
+    """Log an action taken outside these operations (the Django admin's "run again") in
+    ``stator_actions``, in the caller's transaction if it has one (a Django atomic block)."""
+    with _writing(store) as conn:
+        _log(conn, now, actor, action, model, pk, detail, affected)
+
+
 def recent_actions(store: Store, limit: int = 20) -> list[dict[str, Any]]:
     a = _schema.actions_table
     with store.engine.connect() as conn:

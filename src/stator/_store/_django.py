@@ -42,6 +42,7 @@ from .._clock import Clock, SystemClock
 from .._graph import State, StateGraph
 from .._policy import Claimed, Write, first_due
 from .._types import UTCDateTime
+from ..django.fields import StatorDateTimeField
 from ..errors import ConfigError, TransitionConflict, TransitionError
 from . import _schema
 from ._dialects import BEGIN_OPTION, dialect_for, with_client_settings
@@ -208,8 +209,12 @@ class DjangoStore(Store):
     def _track(self, model: Any) -> TrackedModel:
         opts = model._meta
         conn = connections[self.alias]
+        # Stator's timestamps read and bind as the SQLAlchemy store's do (aware UTC; SQLite's
+        # text spelt as StatorDateTimeField spells it), so the dashboard's row operations
+        # (which the admin's actions use) fence and write them alike on both stores.
         columns = [
-            Column(f.column, _Sql(f.db_type(conn) or "text"), primary_key=f.primary_key)
+            Column(f.column, UTCDateTime() if isinstance(f, StatorDateTimeField)
+                   else _Sql(f.db_type(conn) or "text"), primary_key=f.primary_key)
             for f in opts.concrete_fields
         ]
         table = Table(opts.db_table, MetaData(), *columns)
@@ -568,23 +573,6 @@ def perform_many(queryset: Any, to: State | str, clock: Clock | None) -> int:
     if not sources:
         raise TransitionError(f"{graph.__name__}: no state has a transition to {target.name}")
     return _move(queryset, target, sources, (clock or SystemClock()).now())
-
-
-def retry_now(queryset: Any, clock: Clock | None = None) -> int:
-    """Make the rows waiting for their next try due now (the admin's "retry now").
-
-    Only rows in a state with a handler and a due time; their failure count stays, so a
-    failing row keeps its backoff.  A row whose handler runs at this moment loses its lease
-    (its result will be refused by the fence) and runs again.
-    """
-    graph = _graph(queryset.model)
-    automatic = [s.name for s in graph.states.values() if s.automatic]
-    rows = queryset.filter(state__in=automatic, state_next__isnull=False)
-    now = (clock or SystemClock()).now()
-    moved = int(rows.update(state_next=now))
-    if moved:
-        _wake_workers(queryset.db, queryset.model._meta.db_table)
-    return moved
 
 
 def _wake_workers(alias: str, table: str) -> None:

@@ -2,7 +2,9 @@
 
 Registered by ``stator.django.admin`` (which Django's admin autodiscovery imports).  Tasks
 are read-only here except for two actions: "run again" re-enqueues finished tasks as new
-ones, and deleting removes them.
+ones (it adds tasks: it needs the add permission on tasks, though the add form stays off),
+and deleting removes them.  Each task run again is written in Django's admin log and in
+Stator's action log, in the transaction that enqueues it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
+from .._clock import SystemClock
+from .._store import _dashboard
 from ._task_model import StatorTask
+from .admin import admin_actor, store_for
 
 
 @admin.register(StatorTask)
@@ -67,19 +74,32 @@ class StatorTaskAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Run again (enqueue a copy of each selected finished task)")
+    def has_run_again_permission(self, request: HttpRequest) -> bool:
+        """Running a task again adds a task: Django's add permission on tasks."""
+        codename = get_permission_codename("add", self.opts)
+        return bool(request.user.has_perm(f"{self.opts.app_label}.{codename}"))
+
+    @admin.action(description="Run again (enqueue a copy of each selected finished task)",
+                  permissions=["run_again"])
     def run_again(self, request: HttpRequest, queryset: QuerySet[StatorTask]) -> None:
         from django.tasks import task_backends
         from django.utils.module_loading import import_string
 
+        store, t = store_for(queryset.db, StatorTask)
+        actor = admin_actor(request)
         done = 0
         for row in queryset.filter(state__in=["successful", "failed"]):
             task = import_string(row.task_path).using(
                 priority=row.priority, queue_name=row.queue_name, backend=row.backend,
             )
-            task_backends[row.backend].enqueue(
-                task, row.args_kwargs["args"], row.args_kwargs["kwargs"]
-            )
+            with transaction.atomic(using=queryset.db):
+                result = task_backends[row.backend].enqueue(
+                    task, row.args_kwargs["args"], row.args_kwargs["kwargs"]
+                )
+                _dashboard.record_action(store, SystemClock().now(), actor, "run_again",
+                                         t.name, result.id, f"again: {row.pk}", 1)
+            copy = StatorTask.objects.using(queryset.db).get(pk=result.id)
+            self.log_addition(request, copy, f"Stator: run again of task {row.pk}")
             done += 1
         self.message_user(
             request, format_html("{} task(s) enqueued again.", done), messages.SUCCESS

@@ -6,23 +6,39 @@ the row's state marked; no script, no CDN), its text below it to copy (Mermaid b
 ``stator_graph_format = "dot"`` for Graphviz), and actions: "Retry now" (rows waiting for a
 retry become due at once) and "Move to <state>" for each state, through the graph's edges
 only (rows in a state with no edge to the target are left alone and counted).
+
+The actions are the dashboard's own row operations (``stator._store._dashboard``), not a
+second version of them: each row is one fenced transaction that applies only if the row is
+still in the state, with the due time, the operator saw (a move asks first, on a page that
+shows them and carries them), appends to the history, writes Stator's action log and wakes
+the workers.  They need the model's change permission (a staff user who may only view the
+rows sees no action), and each row they change gets an entry in Django's admin log too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from .._clock import SystemClock
 from .._diagram import to_dot, to_mermaid
 from .._drawing import extent, layout, to_svg
 from .._graph import State, StateGraph, role
-from .._store._django import retry_now
+from .._store import _dashboard
+from .._store._django import DjangoStore
+from .._store._tracked import TrackedModel
+from ..errors import TransitionConflict, TransitionError
 from ._ops_models import StatorError, StatorWorker
 
 STATOR_COLUMNS = ("state", "state_changed", "state_next", "state_attempts")
@@ -124,27 +140,137 @@ def state_graph_html(graph: type[StateGraph], current: str | None,
     )
 
 
-@admin.action(description="Retry now (make waiting rows due at once)")
+def admin_actor(request: HttpRequest) -> str:
+    """Who did it, in Stator's action log: the admin user, marked as coming from the admin."""
+    return f"admin:{request.user.get_username()}"
+
+
+@functools.lru_cache(maxsize=64)
+def store_for(alias: str, model: type) -> tuple[DjangoStore, TrackedModel]:
+    """The store the dashboard's operations run on, for one model (built once: it costs a
+    little SQL compilation)."""
+    store = DjangoStore(alias, [model])
+    return store, store.tracked[0]
+
+
+@admin.action(description="Retry now (make waiting rows due at once)", permissions=["change"])
 def stator_retry_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-    count = retry_now(queryset)
-    modeladmin.message_user(request, f"{count} row(s) due now.", messages.SUCCESS)
+    """Rows waiting for their next try become due now; their failure count stays, so a
+    failing row keeps its backoff.  A row whose handler runs at this moment loses its lease
+    (its result will be refused by the fence) and runs again."""
+    graph: type[StateGraph] = queryset.model.state_graph
+    automatic = [s.name for s in graph.states.values() if s.automatic]
+    store, t = store_for(queryset.db, queryset.model)
+    now, actor = SystemClock().now(), admin_actor(request)
+    done = changed = 0
+    for row in queryset.filter(state__in=automatic, state_next__isnull=False):
+        try:
+            _dashboard.retry_now(store, t, row.pk, row.state, row.state_next, now, actor)
+        except TransitionConflict:
+            changed += 1
+            continue
+        modeladmin.log_change(request, row, f"Stator: retry now ({row.state}, due at once)")
+        done += 1
+    modeladmin.message_user(request, f"{done} row(s) due now.", messages.SUCCESS)
+    _say_changed(modeladmin, request, changed)
 
 
-def _mover(target: State) -> Callable[[Any, HttpRequest, QuerySet[Any]], None]:
-    def move(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        chosen = queryset.count()
-        moved = queryset.transition_perform(target)
-        modeladmin.message_user(request, f"{moved} row(s) moved to {target.name}.",
-                                messages.SUCCESS if moved else messages.WARNING)
-        if moved < chosen:
-            sources = ", ".join(sorted(target.parents)) or "none"
-            modeladmin.message_user(
-                request, f"{chosen - moved} row(s) left alone: only rows in {sources} may "
-                f"move to {target.name}.", messages.WARNING,
-            )
+def _mover(target: State) -> Callable[[Any, HttpRequest, QuerySet[Any]], HttpResponse | None]:
+    def move(
+        modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponse | None:
+        movable = queryset.filter(state__in=sorted(target.parents))
+        if request.POST.get("post") != "yes":
+            return _confirm_move(modeladmin, request, queryset, movable, target, move.__name__)
+        seen = _seen_rows(request.POST.getlist("stator_seen"))
+        store, t = store_for(queryset.db, queryset.model)
+        now, actor = SystemClock().now(), admin_actor(request)
+        moved = changed = 0
+        for row in queryset:
+            if str(row.pk) not in seen:  # selected, but not shown on the confirmation page
+                continue
+            seen_state, seen_next = seen[str(row.pk)]
+            try:
+                _dashboard.move_row(store, t, row.pk, seen_state, seen_next, target.name, now,
+                                    actor)
+            except TransitionConflict:
+                changed += 1
+                continue
+            except TransitionError:
+                continue  # no edge from the state shown: counted as left alone below
+            modeladmin.log_change(request, row, f"Stator: moved from {seen_state} to "
+                                  f"{target.name}")
+            moved += 1
+        _say_moved(modeladmin, request, target, moved, queryset.count() - moved - changed)
+        _say_changed(modeladmin, request, changed)
+        return None
 
     move.__name__ = f"stator_move_to_{target.name}"
-    return admin.action(description=f"Move to state {target.name}")(move)
+    return admin.action(description=f"Move to state {target.name}", permissions=["change"])(move)
+
+
+def _confirm_move(
+    modeladmin: Any, request: HttpRequest, chosen: QuerySet[Any], movable: QuerySet[Any],
+    target: State, action: str,
+) -> HttpResponse | None:
+    """The page that asks before moving, showing each row's state and due time; its form
+    carries them back, so a row that moved meanwhile is left alone (the fence)."""
+    rows = [
+        {"obj": row, "state": row.state, "state_next": row.state_next,
+         "seen": json.dumps([str(row.pk), row.state,
+                             row.state_next.isoformat() if row.state_next else None])}
+        for row in movable
+    ]
+    if not rows:
+        _say_moved(modeladmin, request, target, 0, chosen.count())
+        return None
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"Move to state {target.name}?", "opts": opts, "rows": rows,
+        "target": target.name, "left_alone": chosen.count() - len(rows), "action": action,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "sources": ", ".join(sorted(target.parents)),
+    }
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, "stator/admin/confirm_move.html", context)
+
+
+def _seen_rows(values: Iterable[str]) -> dict[str, tuple[str, datetime | None]]:
+    """The confirmation page's rows: primary key (as text) -> (state, due time) shown.
+    Anything malformed is dropped: that row is then left alone."""
+    seen: dict[str, tuple[str, datetime | None]] = {}
+    for value in values:
+        try:
+            pk, state, due = json.loads(value)
+            when = None if due is None else datetime.fromisoformat(due)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(pk, str) and isinstance(state, str) and (
+            when is None or when.tzinfo is not None
+        ):
+            seen[pk] = (state, when)
+    return seen
+
+
+def _say_moved(modeladmin: Any, request: HttpRequest, target: State, moved: int,
+               left: int) -> None:
+    modeladmin.message_user(request, f"{moved} row(s) moved to {target.name}.",
+                            messages.SUCCESS if moved else messages.WARNING)
+    if left > 0:
+        sources = ", ".join(sorted(target.parents)) or "none"
+        modeladmin.message_user(
+            request, f"{left} row(s) left alone: only rows in {sources} may move to "
+            f"{target.name}.", messages.WARNING,
+        )
+
+
+def _say_changed(modeladmin: Any, request: HttpRequest, changed: int) -> None:
+    if changed:
+        modeladmin.message_user(
+            request, f"{changed} row(s) changed since they were shown and were left alone; "
+            "reload and try again.", messages.WARNING,
+        )
 
 
 class _ReadOnly(admin.ModelAdmin):
