@@ -202,6 +202,7 @@ def test_rows_in_a_state_the_graph_lacks_are_listed_from_the_overview(two_tables
     assert listed(page.text) == [1, 2]
     assert "<option selected>ghost</option>" in page.text
     assert listed(c.get("/models/orders/rows?unknown=1").text) == [1, 2]
+    assert c.get("/models/orders/rows?state=ghost&failing=1").status_code == 200  # none yet
     nope = c.get("/models/orders/rows?state=nope")
     assert nope.status_code == 404 and "orders has no rows in &#39;nope&#39;" in nope.text
 

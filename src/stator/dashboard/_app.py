@@ -148,7 +148,7 @@ def create_app(
         except ValueError:
             raise HTTPException(400, "not a cursor this dashboard made") from None
         if state is not None and state not in t.graph.states and not page.rows \
-                and "after" not in q:
+                and not (due or failing or "after" in q):
             raise HTTPException(
                 404, f"{t.name} has no rows in {state!r}, which {t.graph.__name__} lacks")
         columns = [c.name for c in t.table.c if c.name != "state_history"]
