@@ -2,6 +2,12 @@
 
     python benchmarks/django_tasks.py [--db sqlite|postgresql ...] [--tasks 5000]
         [--latency-samples 40] [--json]
+    python benchmarks/django_tasks.py --startup 5 [--db ...]
+
+``--startup N``: N rounds, both backends alternately in the same run, of: one task enqueued,
+a worker process started (Stator: ``runstator``; reference: ``db_worker
+--no-startup-delay``, persistent connections), seconds until the task function starts; then
+SIGTERM to the idle worker and seconds until the process has exited.  Medians.
 
 For each database and backend: ``migrate`` a fresh database, enqueue ``--tasks`` no-op tasks
 inside one transaction (enqueue rate), drain them with one worker process (Stator:
@@ -121,12 +127,62 @@ def measure(kind: str, backend: str, conn_max_age: str, tasks: int, samples: int
         return row
 
 
+def startup_round(kind: str, backend: str) -> tuple[float, float]:
+    """(seconds from starting a worker to its first task running, from SIGTERM to exit)."""
+    import signal
+
+    with database(kind) as db_env, tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, **db_env, "BENCH_BACKEND": backend,
+               "BENCH_CONN_MAX_AGE": "0" if backend == "stator" else "none",
+               "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{PROJECT}"}
+        run(env, "manage.py", "migrate", "-v", "0")
+        marker = Path(folder) / "started"
+        run(env, "manage.py", "shell", "-c",
+            f"from benchjobs import stamp; stamp.enqueue({str(marker)!r})")
+        began = time.time()
+        worker = subprocess.Popen(
+            [sys.executable, *worker_command(backend, idle=True)], cwd=PROJECT, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            while not marker.exists() or not marker.read_text():
+                time.sleep(0.002)
+            first = float(marker.read_text()) - began
+            time.sleep(1.5)  # the task finished, the worker idle
+            asked = time.monotonic()
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+            return first, time.monotonic() - asked
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+def startup(kinds: list[str], rounds: int) -> None:
+    import statistics
+
+    for kind in kinds:
+        seen: dict[str, list[tuple[float, float]]] = {"stator": [], "reference": []}
+        for _ in range(rounds):
+            for backend in seen:
+                seen[backend].append(startup_round(kind, backend))
+        for backend, times in seen.items():
+            first = statistics.median(t[0] for t in times)
+            exit_ = statistics.median(t[1] for t in times)
+            print(f"{kind} {backend}: start to first task running {first:.3f} s "
+                  f"(all: {', '.join(f'{t[0]:.2f}' for t in times)}); SIGTERM to exit "
+                  f"{exit_:.3f} s (all: {', '.join(f'{t[1]:.2f}' for t in times)})", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", action="append", choices=["sqlite", "postgresql"])
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--latency-samples", type=int, default=40)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--startup", type=int, default=0, metavar="ROUNDS",
+                        help="measure start-up and SIGTERM-to-exit instead (see above)")
     parser.add_argument("--write", action="store_true",
                         help=f"save the rows to {SAVED} and the section in {REPORT}")
     parser.add_argument("--from-saved", action="store_true",
@@ -135,6 +191,9 @@ def main() -> None:
     if args.from_saved:
         rows = [json.loads(line) for line in SAVED.read_text().splitlines() if line.strip()]
         write_section(rows)
+        return
+    if args.startup:
+        startup(args.db or ["sqlite", "postgresql"], args.startup)
         return
     rows = []
     for kind in args.db or ["sqlite", "postgresql"]:
