@@ -219,3 +219,124 @@ def test_a_lease_column_that_is_not_a_column_is_refused(backend: str, clock: Any
     Job = leased_model("claimed_until")
     with pytest.raises(ConfigError, match="claimed_until"):
         Stator(backend, [Job], clock=clock)
+
+
+STAMPED: list[tuple[Any, Any]] = []
+
+
+class Stamped(StateGraph):
+    """``new`` runs a handler (failing while ``note`` says so); ``done`` has no handler, only
+    a timed edge to ``archived``."""
+
+    new = State(retry_after=60, max_attempts=2)
+    done = State(externally_progressed=True)
+    archived = State()
+    given_up = State()
+    new.transitions_to(done)
+    new.fails_to(given_up)
+    done.times_out_to(archived, 3600)
+
+    @classmethod
+    def check_new(cls, row: Any) -> State:
+        STAMPED.append((row.first_at, row.last_at))
+        if row.note == "fail":
+            raise RuntimeError("the handler broke")
+        return cls.done
+
+
+def stamped_model(stamps: dict[str, str] | None = None, failures: bool = True) -> Any:
+    from stator._types import UTCDateTime
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Job(StatorMixin, Base):
+        __tablename__ = "stamped_jobs"
+        state_graph = Stamped
+        id: Mapped[int] = mapped_column(primary_key=True)
+        note: Mapped[str | None] = mapped_column(String(20))
+        first_at: Mapped[Any] = mapped_column(UTCDateTime(), nullable=True)
+        last_at: Mapped[Any] = mapped_column(UTCDateTime(), nullable=True)
+        result: Mapped[str | None] = mapped_column(String(200))
+
+    Job.stator_claim_stamps = (  # type: ignore[attr-defined]
+        {"first_at": "first", "last_at": "each"} if stamps is None else stamps
+    )
+
+    def write_extra(cls: Any, store: Any, conn: Connection, writes: Sequence[Any]) -> None:
+        for w in writes:
+            conn.execute(text("UPDATE stamped_jobs SET result = :result WHERE id = :id"),
+                         {"result": w.extra["result"], "id": w.pk})
+
+    def failure_extra(cls: Any, row: Any, write: Any, error: BaseException | None) -> Any:
+        return {"result": f"{write.failure.kind} {type(error).__name__} -> {write.state}"}
+
+    Job.stator_write_extra = classmethod(write_extra)  # type: ignore[attr-defined]
+    if failures:
+        Job.stator_failure_extra = classmethod(failure_extra)  # type: ignore[attr-defined]
+    return Job
+
+
+def test_the_claim_stamps_the_rows_it_takes_up_for_a_handler(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    """"first" keeps the first attempt's time, "each" moves with every attempt; a row
+    claimed for a timed edge (no handler) keeps its stamps."""
+    Job = stamped_model()
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": 1, "note": "fail"}])
+    first = clock.now()
+    STAMPED.clear()
+    stator.run_once(raise_errors=False)
+    with stator.engine.begin() as conn:
+        conn.execute(text("UPDATE stamped_jobs SET note = 'fine'"))
+    clock.advance(120)
+    stator.run_once()
+    assert [(first, first), (first, clock.now())] == STAMPED  # as the handler saw its row
+    done_at = clock.now()
+    clock.advance(3601)
+    stator.run_once()  # claimed for its timed edge: no handler, no stamp
+    with Session(stator.engine) as session:
+        row = session.get(Job, 1)
+        assert row is not None and row.state == "archived"
+        assert (row.first_at, row.last_at) == (first, done_at)
+
+
+def test_claim_stamps_must_name_columns_and_a_rule(backend: str, clock: Any) -> None:
+    with pytest.raises(ConfigError, match="started_on"):
+        Stator(backend, [stamped_model({"started_on": "first"})], clock=clock)
+    with pytest.raises(ConfigError, match="always"):
+        Stator(backend, [stamped_model({"first_at": "always"})], clock=clock)
+
+
+def test_a_failure_write_carries_the_models_own_record_of_it(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    """``stator_failure_extra``: each failure of the engine's is also written to the row, in
+    the failure's own write (the last one too, into the state it gives up to)."""
+    Job = stamped_model()
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": 1, "note": "fail"}])
+    stator.run_once(raise_errors=False)
+    with Session(stator.engine) as session:
+        assert session.get(Job, 1).result == "error RuntimeError -> new"  # type: ignore[union-attr]
+    clock.advance(120)
+    stator.run_once(raise_errors=False)
+    with Session(stator.engine) as session:
+        row = session.get(Job, 1)
+        assert row is not None and row.state == "given_up"
+        assert row.result == "error RuntimeError -> given_up"
+
+
+def test_without_a_failure_hook_a_failure_writes_nothing_else(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    Job = stamped_model(failures=False)
+    stator = make_stator(backend, [Job], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(Job), [{"id": 1, "note": "fail"}])
+    stator.run_once(raise_errors=False)
+    with Session(stator.engine) as session:
+        assert session.get(Job, 1).result is None  # type: ignore[union-attr]

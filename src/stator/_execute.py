@@ -9,6 +9,7 @@ batched with others ("fast path").
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import threading
 import traceback
@@ -144,15 +145,18 @@ class Executor:
         handler = task.tracked.graph.states[task.claimed.state].handler
         assert handler is not None
         try:
-            result = await asyncio.wait_for(handler(task.obj), timeout=task.timeout)
+            result = await asyncio.wait_for(_contained(handler(task.obj)), task.timeout)
             outcome = self._interpret(task, result)
         except TimeoutError as exc:  # its chain shows where the handler was when cancelled
             outcome = _failure("timeout", exc, f"handler did not finish within {task.timeout:g}s")
         except TryAgainLater as signal:
             outcome = Stayed(signal.delay)
-        except Exception as exc:
-            outcome = _failure("error", exc)
-            task.error = exc
+        except BaseException as raised:
+            # Also SystemExit, KeyboardInterrupt or CancelledError from the handler: its
+            # failure, recorded (nothing else cancels a handler: its deadline is above).
+            error = raised.exc if isinstance(raised, _Contained) else raised
+            outcome = _failure("error", error)
+            task.error = error
             await self.store.after_async_error()
         await asyncio.to_thread(self._conclude, task, session, outcome)
 
@@ -185,7 +189,10 @@ class Executor:
             write = _policy.after_run(
                 task.tracked.graph, task.claimed, outcome, self.clock.now(), extra
             )
-            if isinstance(outcome, Failed) or not scope.wrote():
+            if isinstance(outcome, Failed):
+                task.write = self._noted(task, write)
+                return
+            if not scope.wrote():
                 task.write = write
                 return
             try:
@@ -199,9 +206,9 @@ class Executor:
                 # A busy or lost database is not the handler's fault; anything else means
                 # the handler's own changes could not be saved.
                 outcome = Stayed(BUSY_RETRY) if is_transient(exc) else _failure("error", exc)
-                task.write = _policy.after_run(
+                task.write = self._noted(task, _policy.after_run(
                     task.tracked.graph, task.claimed, outcome, self.clock.now()
-                )
+                ))
         finally:
             scope.release()
 
@@ -209,7 +216,35 @@ class Executor:
         """The write for a sync handler abandoned past its deadline; ``stack`` is where its
         thread was at that moment."""
         outcome = Failed("timeout", f"handler did not finish within {task.timeout:g}s", stack)
-        return _policy.after_run(task.tracked.graph, task.claimed, outcome, self.clock.now())
+        return self._noted(
+            task, _policy.after_run(task.tracked.graph, task.claimed, outcome, self.clock.now())
+        )
+
+    def _noted(self, task: Task, write: Write) -> Write:
+        """A failure's write, with the model's own record of it if it keeps one
+        (``stator_failure_extra``): only failures pay for it."""
+        tracked = task.tracked
+        hook = tracked.failure_extra
+        if write.failure is None or hook is None or tracked.write_extra is None:
+            return write
+        return dataclasses.replace(write, extra=hook(task.obj, write, task.error))
+
+
+class _Contained(Exception):
+    """A ``SystemExit`` or ``KeyboardInterrupt`` raised by an async handler, carried out of
+    the task that ran it: raised as itself, asyncio lets it out of the event loop, which
+    would stop the loop every async handler runs on."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
+async def _contained(handler: Any) -> Any:
+    try:
+        return await handler
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Contained(exc) from None
 
 
 def _extra(task: Task, outcome: Outcome) -> tuple[Outcome, Any]:

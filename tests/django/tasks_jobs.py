@@ -1,6 +1,8 @@
 """Tasks used by test_tasks.py (module level, as django.tasks requires), declared under the
 settings the tests run them with: the test project itself configures no task backend."""
 
+import threading
+
 from django.db import transaction
 from django.tasks import TaskContext, task
 from django.test import override_settings
@@ -56,3 +58,28 @@ with override_settings(TASKS=TASKS):
     @task
     def returns_object() -> object:
         return object()
+
+    @task
+    def raise_base(kind: str) -> None:
+        """Raises a ``BaseException`` that is no ``Exception`` (by the name of its class)."""
+        raise {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt,
+               "GeneratorExit": GeneratorExit}[kind](f"{kind} from the task")
+
+    @task(takes_context=True)
+    def own_times(context: TaskContext) -> list[str | None]:
+        """Its own start times as another reader sees them while it runs."""
+        result = context.task_result
+        seen = result.task.get_backend().get_result(result.id)
+        return [str(seen.status), seen.started_at and seen.started_at.isoformat(),
+                seen.last_attempted_at and seen.last_attempted_at.isoformat()]
+
+    @task
+    def wait_for_release() -> str:
+        """Blocks until the test sets ``released`` (far past a short timeout)."""
+        released.wait(60)
+        return "late"
+
+    not_a_task = "a plain string where a task should be"
+
+
+released = threading.Event()

@@ -86,3 +86,29 @@ def test_run_again_needs_the_add_permission_and_is_logged() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT actor, action, row_pk, detail FROM stator_actions")
         assert cursor.fetchall() == [("admin:clerk", "run_again", copy.pk, f"again: {paid.id}")]
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(TASKS=TASKS)
+def test_task_admin_shows_and_skips_a_task_that_cannot_be_loaded(admin_client: Any) -> None:
+    """A task renamed since it ran: its page shows the import error, "run again" enqueues
+    the others and says which it could not (no 500)."""
+    clock = ManualClock(datetime.now(UTC) + timedelta(seconds=1))
+    gone = tasks_jobs.add.enqueue(1, 1)
+    StatorTask.objects.filter(pk=gone.id).update(task_path="tasks_jobs.renamed_since")
+    done = tasks_jobs.add.enqueue(2, 3)
+    stator = build_stator(models=[StatorTask], clock=clock)
+    for _ in range(3):
+        stator.run_once(raise_errors=False)
+
+    detail = admin_client.get(f"/admin/stator/statortask/{gone.id}/change/")
+    assert detail.status_code == 200
+    assert "builtins.ImportError" in detail.content.decode()
+
+    response = admin_client.post("/admin/stator/statortask/", {
+        "action": "run_again", "_selected_action": [gone.id, done.id],
+    }, follow=True)
+    assert response.status_code == 200
+    assert "1 task(s) not enqueued" in response.content.decode()
+    copies = StatorTask.objects.exclude(pk__in=[gone.id, done.id])
+    assert list(copies.values_list("task_path", flat=True)) == ["tasks_jobs.add"]

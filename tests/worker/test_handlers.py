@@ -7,11 +7,14 @@ and wait on the kick (or a handler's deadline) in between."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import pytest
 
 from stator import State, StateGraph, Stator, SystemClock
 from stator._board import Board, ThreadState
@@ -47,6 +50,23 @@ class Waits(StateGraph):
 
     @classmethod
     async def check_new(cls, row: Any) -> State:
+        return cls.done
+
+
+class RaisesAsync(StateGraph):
+    """Async handlers raising what is no ``Exception`` (by the row's note)."""
+
+    new = State(timeout=30, retry_after=600)
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    async def check_new(cls, row: Any) -> State:
+        kinds: dict[str, type[BaseException]] = {
+            "exit": SystemExit, "interrupt": KeyboardInterrupt, "cancelled": asyncio.CancelledError,
+        }
+        if row.note in kinds:
+            raise kinds[row.note](f"{row.note} from an async handler")
         return cls.done
 
 
@@ -173,6 +193,27 @@ def test_async_handlers_run_on_the_event_loop(
         assert all(t.write is not None and t.write.state == "done" for t in tasks)
         assert p.pool.backlog == 0
         assert p.pool.timing.measured == 2  # capped at the concurrency
+
+
+@pytest.mark.parametrize("note", ["exit", "interrupt", "cancelled"])
+def test_an_async_handler_raising_a_base_exception_is_a_failure(
+    backend: str, build_models: Any, make_stator: Any, note: str
+) -> None:
+    """Recorded against its row like any error, and the event loop carries on (a
+    ``SystemExit`` or ``KeyboardInterrupt`` let out of a task would stop the loop)."""
+    models = build_models(RaisesAsync)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1, note=note)
+    with started_pool(stator, concurrency=1, with_loop=True) as p:
+        p.hand_out(1)
+        (task,) = p.take(1)
+        assert task.write is not None and task.write.failure is not None
+        assert task.write.failure.kind == "error"
+        assert f"{note} from an async handler" in task.write.failure.traceback
+        insert(stator, models.Order, 2, note="fine")
+        p.hand_out(1)
+        (task,) = p.take(1)
+        assert task.write is not None and task.write.state == "done"
 
 
 def test_rows_not_started_at_a_stop_are_handed_back(

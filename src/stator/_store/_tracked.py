@@ -55,12 +55,22 @@ class TrackedModel:
     # The model's ``stator_write_extra(store, conn, writes)``: writes ``Write.extra`` in the
     # transaction of the fenced write, for the rows whose fence held.
     write_extra: Callable[[Any, Connection, Sequence[Any]], None] | None = None
+    # The model's ``stator_failure_extra(obj, write, error)``: the ``Write.extra`` of a write
+    # that records a failure of the engine's (a handler past its deadline, an exception out
+    # of the handler, changes that could not be saved), so the row keeps its own record of
+    # it too (the django.tasks backend's ``errors``).  Only with ``write_extra``.
+    failure_extra: Callable[[Any, Any, BaseException | None], Any] | None = None
     # The model's ``stator_lease_column``: a column the claim sets to the lease it grants (as
     # it sets ``state_next``), quoted.  While the two are equal the row is held by a worker;
     # any write of the engine's moves ``state_next`` away from it.  So an application can
     # tell a row being worked on from one merely due later (the django.tasks backend's
     # RUNNING) without a write of its own when the handler starts.
     lease_column: str | None = None
+    # The model's ``stator_claim_stamps``: {column: "first" or "each"}, columns the claim
+    # sets to its time when it takes a row up for a handler ("first": only while still
+    # NULL), in the claim's own statement (quoted).  The django.tasks backend's
+    # ``started_at`` and ``last_attempted_at``: a RUNNING task has both, at no extra write.
+    claim_stamps: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, model: type, dialect: SqlDialect, sa_dialect: Dialect) -> TrackedModel:
@@ -101,6 +111,13 @@ class TrackedModel:
                 f"{model.__name__}.stator_lease_column names {lease_column!r}, which is not a "
                 f"column of {table.name}"
             )
+        stamps: dict[str, str] = dict(getattr(model, "stator_claim_stamps", None) or {})
+        for column, when in stamps.items():
+            if column not in table.c or when not in ("first", "each"):
+                raise ConfigError(
+                    f"{model.__name__}.stator_claim_stamps: {column!r}: {when!r} must name a "
+                    f"column of {table.name} and say 'first' or 'each'"
+                )
         tracked = cls(
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
@@ -111,7 +128,9 @@ class TrackedModel:
             where=where, priority=None if priority is None else quote.quote(priority),
             priority_attr=priority,
             write_extra=getattr(model, "stator_write_extra", None),
+            failure_extra=getattr(model, "stator_failure_extra", None),
             lease_column=None if lease_column is None else quote.quote(lease_column),
+            claim_stamps={quote.quote(c): when for c, when in stamps.items()},
         )
         tracked.sql = _build_sql(tracked, dialect)
         return tracked
@@ -138,7 +157,8 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
     if scheduled:
         returning = ", ".join(t.quoted_columns)
         sql["claim"] = _claim_sql(
-            table, pk, scheduled, d, returning, extra, t.priority, t.lease_column
+            table, pk, scheduled, d, returning, extra, t.priority, t.lease_column,
+            _claim_stamps(t),
         )
         # For a claim that joins a caller's transaction (a Django ``atomic`` block): the
         # relaxed commit would reach the caller's own writes, so it stays durable.
@@ -241,9 +261,22 @@ def _claim_candidates_sql(
     return f"{_due_branches(table, pk, states, d, '', extra, order)} UNION {leased}"
 
 
+def _claim_stamps(t: TrackedModel) -> str:
+    """The claim's ``SET`` of ``t.claim_stamps``: only rows taken up for a handler (of an
+    automatic state) are stamped, not those claimed for a deletion or a timed edge."""
+    if not t.claim_stamps:
+        return ""
+    handled = ", ".join(_literal(s.name) for s in t.graph.states.values() if s.automatic)
+    sets = []
+    for column, when in t.claim_stamps.items():
+        value = f"COALESCE({column}, :now)" if when == "first" else ":now"
+        sets.append(f", {column} = CASE WHEN state IN ({handled}) THEN {value} ELSE {column} END")
+    return "".join(sets)
+
+
 def _claim_sql(
     table: str, pk: str, states: list[str], d: SqlDialect, returning: str, extra: str = "",
-    priority: str | None = None, lease_column: str | None = None,
+    priority: str | None = None, lease_column: str | None = None, stamps: str = "",
 ) -> str:
     """One statement that leases up to :limit due rows, shared fairly between states.
 
@@ -251,7 +284,8 @@ def _claim_sql(
     interleaved round-robin (first of each state, then second of each...) so a state with a
     backlog cannot starve the others.  PostgreSQL skips rows other workers hold.  With a
     ``priority`` column, each state's rows are taken highest priority first, then oldest.
-    With a ``lease_column``, the lease is copied there too.
+    With a ``lease_column``, the lease is copied there too; ``stamps`` are more of the
+    ``SET`` (``_claim_stamps``).
     """
     order = "state_next" if priority is None else f"{priority} DESC, state_next"
     picked = f", {priority}" if priority is not None else ""
@@ -262,7 +296,7 @@ def _claim_sql(
         f"WITH due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
         f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
-        f"UPDATE {table} SET state_next = CASE state {lease} END{copy} "
+        f"UPDATE {table} SET state_next = CASE state {lease} END{copy}{stamps} "
         f"WHERE {pk} IN (SELECT {pk} FROM picked){d.lease_commit} RETURNING {returning}"
     )
 

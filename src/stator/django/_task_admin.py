@@ -83,15 +83,21 @@ class StatorTaskAdmin(admin.ModelAdmin):
                   permissions=["run_again"])
     def run_again(self, request: HttpRequest, queryset: QuerySet[StatorTask]) -> None:
         from django.tasks import task_backends
-        from django.utils.module_loading import import_string
+
+        from .tasks import load_task
 
         store, t = store_for(queryset.db, StatorTask)
         actor = admin_actor(request)
         done = 0
+        unavailable: list[str] = []
         for row in queryset.filter(state__in=["successful", "failed"]):
-            task = import_string(row.task_path).using(
-                priority=row.priority, queue_name=row.queue_name, backend=row.backend,
-            )
+            try:  # a task renamed or removed since: say so, enqueue the others
+                task = load_task(row.task_path).using(
+                    priority=row.priority, queue_name=row.queue_name, backend=row.backend,
+                )
+            except Exception as exc:
+                unavailable.append(f"{row.task_path} ({type(exc).__name__}: {exc})")
+                continue
             with transaction.atomic(using=queryset.db):
                 result = task_backends[row.backend].enqueue(
                     task, row.args_kwargs["args"], row.args_kwargs["kwargs"]
@@ -104,3 +110,8 @@ class StatorTaskAdmin(admin.ModelAdmin):
         self.message_user(
             request, format_html("{} task(s) enqueued again.", done), messages.SUCCESS
         )
+        if unavailable:
+            self.message_user(request, format_html(
+                "{} task(s) not enqueued: their task cannot be loaded: {}",
+                len(unavailable), "; ".join(unavailable),
+            ), messages.WARNING)

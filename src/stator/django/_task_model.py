@@ -145,6 +145,8 @@ class StatorTask(StatorModel):
     # Due tasks are claimed by priority first (highest first), then by due time.
     stator_claim_priority = "priority"
     stator_lease_column = "leased_until"
+    # The claim that starts an attempt stamps it: a RUNNING task has its start times.
+    stator_claim_stamps = {"started_at": "first", "last_attempted_at": "each"}
 
     class Meta:
         app_label = "stator"
@@ -183,6 +185,13 @@ class StatorTask(StatorModel):
                 quote(cls._meta.db_table), quote(cls._meta.pk.column), "text", dialect, json_type
             )
         write_results(conn, sql, dialect, writes)
+
+    @classmethod
+    def stator_failure_extra(cls, row: StatorTask, write: Any, error: BaseException | None) -> Any:
+        """The result columns after a failure of the engine's (see ``failure_record``)."""
+        from ._task_run import failure_record
+
+        return failure_record(row, write, error)
 
     @classmethod
     def stator_claim_where(cls, options: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import traceback
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -28,9 +28,17 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from .._graph import State
+from .._policy import Write
 from ..errors import TryAgainLater
 from ._task_model import DEFAULT_RETRY_AFTER
-from .tasks import StatorBackend, result_from_row
+from .tasks import (
+    StatorBackend,
+    class_path,
+    result_from_row,
+    task_error,
+    unavailable_error,
+    unavailable_task,
+)
 
 if TYPE_CHECKING:
     from ._task_model import StatorTask, TaskStates
@@ -45,29 +53,67 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"[-64:]
 
 def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
     """Run ``row``'s task once and record the attempt on the row; the next state, or
-    ``TryAgainLater`` to wait (with backoff) for the next attempt."""
+    ``TryAgainLater`` to wait (with backoff) for the next attempt.
+
+    A task that cannot start (``_unable_to_start``), or that raises a ``BaseException``
+    beyond ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``...), is
+    FAILED at once whatever ``max_attempts`` says: retrying cannot help, and the error is
+    the task's, so the worker and its thread carry on.  On a handler thread a
+    ``KeyboardInterrupt`` can only be the task's own raise (Ctrl-C reaches the main thread,
+    which stops the worker gracefully)."""
     now = timezone.now()
+    # The claim that started the task already set both (``stator_claim_stamps``).
     row.started_at = row.started_at or now
-    row.last_attempted_at = now
+    row.last_attempted_at = row.last_attempted_at or now
     row.worker_ids = [*row.worker_ids, WORKER_ID]
-    result = result_from_row(row, status="RUNNING")
+    try:
+        result = result_from_row(row, status="RUNNING")
+    except BaseException as exc:  # e.g. SystemExit while importing the task's module
+        result = result_from_row(row, "RUNNING", unavailable_task(row, exc))
+    reason = unavailable_error(result.task)
+    if reason is not None:
+        return _unable_to_start(row, graph, result, reason)
     task_started.send(StatorBackend, task_result=result)
     using = row._state.db or "default"
     try:
         with _UndoableWrites(using):
             value = _call(result)
     except Exception as exc:  # the task's failure is recorded; the worker carries on
-        row.errors = [*row.errors, _error(exc)]
+        row.errors = [*row.errors, task_error(exc)]
         if len(row.worker_ids) < row.max_attempts:
             _save(row, result, None)
             raise TryAgainLater(_retry_delay(row)) from exc
-        row.finished_at = timezone.now()
-        _save(row, result, TaskResultStatus.FAILED)
-        return graph.failed
+        return _failed(row, graph, result)
+    except BaseException as exc:  # not retried (see above); the thread carries on
+        row.errors = [*row.errors, task_error(exc)]
+        return _failed(row, graph, result)
     row.return_value = value
-    row.finished_at = timezone.now()
+    row.finished_at = _finish_time(row)
     _save(row, result, TaskResultStatus.SUCCESSFUL)
     return graph.successful
+
+
+def _failed(row: StatorTask, graph: type[TaskStates], result: TaskResult) -> State:
+    row.finished_at = _finish_time(row)
+    _save(row, result, TaskResultStatus.FAILED)
+    return graph.failed
+
+
+def _finish_time(row: StatorTask) -> datetime:
+    """Now, by Django's clock, but never before the attempt's start: that was stamped by the
+    claim with the engine's clock, which a test may have set ahead (``ManualClock``)."""
+    now = timezone.now()
+    started = row.last_attempted_at
+    return started if started is not None and started > now else now
+
+
+def _unable_to_start(
+    row: StatorTask, graph: type[TaskStates], result: TaskResult, reason: dict[str, str]
+) -> State:
+    """Django's "unable to start": the row's path no longer loads a task.  FAILED at once
+    with the import error (no ``task_started``; ``task_finished`` is sent)."""
+    row.errors = [*row.errors, reason]
+    return _failed(row, graph, result)
 
 
 class _UndoableWrites:
@@ -115,12 +161,31 @@ def _call(result: Any) -> Any:
     return normalize_json(value)  # a value JSON cannot hold fails the attempt, as in Django
 
 
-def _error(exc: BaseException) -> dict[str, str]:
-    kind = type(exc)
-    return {
-        "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
+def failure_record(row: StatorTask, write: Write, error: BaseException | None) -> dict[str, Any]:
+    """The result columns after a failure of the engine's (the task past its ``timeout``, an
+    exception raised around the task rather than by it, a result that could not be saved):
+    the attempt as it stands, its reason added to ``errors`` (for a timeout a
+    ``TimeoutError`` naming the limit, after where the task was), and ``finished_at`` once
+    the write makes the task FAILED.  So every FAILED task says why."""
+    failure = write.failure
+    assert failure is not None
+    if failure.kind == "timeout":
+        limit = type(row).state_graph.states[write.fence_state].timeout
+        entry = {"exception_class_path": "builtins.TimeoutError", "traceback": (
+            f"{failure.traceback}TimeoutError: the task did not finish within its timeout "
+            f"of {limit:g}s\n"
+        )}
+    elif error is not None:
+        entry = {"exception_class_path": class_path(type(error)),
+                 "traceback": failure.traceback}
+    else:
+        entry = {"exception_class_path": "builtins.RuntimeError",
+                 "traceback": f"{failure.traceback}RuntimeError: {failure.message}\n"}
+    values: dict[str, Any] = {f: getattr(row, f) for f in RESULT_FIELDS}
+    values["errors"] = [*(row.errors or []), entry]
+    values["finished_at"] = write.state_changed if write.state == "failed" else None
+    values["return_value"] = None
+    return values
 
 
 def _retry_delay(row: StatorTask) -> float:

@@ -19,12 +19,17 @@ Arguments the database could not store (a NUL character, a lone surrogate, NaN o
 or over ``max_arguments_bytes`` are refused by ``enqueue`` with ``ValueError``, as Django
 refuses values JSON cannot hold (``TypeError`` for a type, ``ValueError`` for a value),
 before anything is sent to the database: the caller's transaction stays usable.
+
+A row whose task cannot be loaded any more (its function renamed or removed, its module
+failing to import, a path that is no task) still reads as a result: ``get_result`` returns it
+with its status and errors, its ``task`` a stand-in (see ``unavailable_task``).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import traceback
 import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -41,7 +46,7 @@ from django.db import connections, transaction
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
-from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -190,9 +195,18 @@ def _database() -> str:
     return str(stator_settings()["DATABASE"])
 
 
-def result_from_row(row: StatorTask, status: str | None = None) -> TaskResult:
-    """The ``TaskResult`` a row stands for; ``status`` overrides the one its state gives."""
-    task = _task(row.task_path, row.priority, row.queue_name, row.run_after, row.backend)
+def result_from_row(
+    row: StatorTask, status: str | None = None, task: Task | None = None
+) -> TaskResult:
+    """The ``TaskResult`` a row stands for; ``status`` overrides the one its state gives.
+
+    Never fails for want of the task itself: a path that no longer leads to one gives a
+    stand-in (``unavailable_task``), so results pages and ``get_result`` keep working."""
+    if task is None:
+        try:
+            task = _task(row.task_path, row.priority, row.queue_name, row.run_after, row.backend)
+        except Exception as exc:
+            task = unavailable_task(row, exc)
     state = status or row.status
     result = _result(
         task, row.id, TaskResultStatus(state), row.backend,
@@ -213,12 +227,60 @@ def _task(
 ) -> Task:
     """The task a row names, as it was enqueued (looked up and validated once per variant:
     ``Task.using`` inspects the function's signature)."""
-    task = import_string(path)
-    if not isinstance(task, Task):
-        raise TaskResultDoesNotExist(f"{path} is no longer a task")
-    return task.using(
+    return load_task(path).using(
         priority=priority, queue_name=queue_name, run_after=run_after, backend=backend,
     )
+
+
+def load_task(path: str) -> Task:
+    """The task at ``path``; ``ImportError`` (or whatever its module raises) if it does not
+    load, ``InvalidTask`` if what is there is no task."""
+    task = import_string(path)
+    if not isinstance(task, Task):
+        raise InvalidTask(f"{path} is not a task ({type(task).__name__})")
+    return task
+
+
+def unavailable_task(row: StatorTask, error: BaseException) -> Task:
+    """A stand-in for the task of a row whose path no longer loads one: its ``module_path``
+    is the row's, calling it raises ``InvalidTask``, and ``unavailable_error(task)`` is the
+    error (class path and traceback) that made it unavailable.
+
+    Built without ``Task``'s validation, which asks the backend the row names, and that
+    backend may be gone too."""
+    path = row.task_path
+    module, _, name = path.rpartition(".")
+    reason = f"{type(error).__name__}: {error}"
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise InvalidTask(f"task {path!r} cannot be loaded ({reason})")
+
+    unavailable.__module__ = module
+    unavailable.__name__ = unavailable.__qualname__ = name or path
+    unavailable.stator_unavailable = task_error(error)  # type: ignore[attr-defined]
+    task = object.__new__(Task)
+    values = {"func": unavailable, "priority": row.priority, "backend": row.backend,
+              "queue_name": row.queue_name, "run_after": row.run_after, "takes_context": False}
+    for field, value in values.items():
+        object.__setattr__(task, field, value)
+    return task
+
+
+def unavailable_error(task: Task) -> dict[str, str] | None:
+    """Why ``task`` is a stand-in (``unavailable_task``); None for a real task."""
+    return getattr(task.func, "stator_unavailable", None)
+
+
+def task_error(exc: BaseException) -> dict[str, str]:
+    """An exception as ``TaskResult.errors`` keeps it (``TaskError``'s fields)."""
+    return {
+        "exception_class_path": class_path(type(exc)),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def class_path(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _result(

@@ -19,7 +19,7 @@ from django.utils import timezone
 from stator.django._task_model import StatorTask
 
 from . import jobs
-from .conftest import Harness, awaiting_fix
+from .conftest import Harness
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 
@@ -146,12 +146,11 @@ def test_a_rolled_back_enqueue_leaves_no_task(stator_backend: Harness) -> None:
 
 
 def test_a_running_task_reads_running_with_its_start_time(
-    stator_backend: Harness, request: pytest.FixtureRequest
+    stator_backend: Harness,
 ) -> None:
     """RUNNING: "The Task is currently being executed"; ``started_at``: "The time when the
     Task began execution"; ``attempts``: "If the task is currently running, it does not count
     as an attempt"."""
-    awaiting_fix(request, 3)
     result = stator_backend.finished(jobs.seen_while_running.enqueue())
     assert result.return_value == {"status": "RUNNING", "started": True,
                                    "last_attempted": True, "attempts": 0, "finished": False}
@@ -180,12 +179,11 @@ def test_started_at_is_the_first_attempts_and_errors_accumulate(
     lambda: jobs.keyboard.enqueue(),
 ], ids=["SystemExit", "BaseException", "KeyboardInterrupt"])
 def test_any_exception_fails_at_once_and_is_announced(
-    retrying_backend: Harness, enqueue: Any, request: pytest.FixtureRequest
+    retrying_backend: Harness, enqueue: Any,
 ) -> None:
     """An exception that is not an ``Exception`` is not retried silently: FAILED at once
     (whatever ``max_attempts``), its error kept, ``task_finished`` sent, and the worker goes
     on to the next task."""
-    awaiting_fix(request, 1, run="KeyboardInterrupt" not in request.node.name)
     finished: list[str] = []
 
     def receive(sender: type, task_result: Any, **_kw: Any) -> None:
@@ -210,11 +208,10 @@ def test_any_exception_fails_at_once_and_is_announced(
     "tasks_conformance.jobs.QUEUES",
 ], ids=["missing-function", "missing-module", "not-a-task"])
 def test_a_task_that_cannot_start_fails_with_the_reason(
-    retrying_backend: Harness, path: str, request: pytest.FixtureRequest
+    retrying_backend: Harness, path: str,
 ) -> None:
     """FAILED: "The Task raised an exception during execution, or was unable to start" —
     at once, with the import error in ``errors``; reading the result does not raise it."""
-    awaiting_fix(request, 2)
     result = jobs.echo.enqueue()
     StatorTask.objects.using(retrying_backend.alias).filter(pk=result.id).update(task_path=path)
     retrying_backend.drain()

@@ -20,7 +20,7 @@ from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from . import jobs
-from .conftest import Harness, awaiting_fix
+from .conftest import Harness
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 
@@ -100,13 +100,11 @@ def test_errors_keep_the_exception_class_and_traceback(backend: Harness) -> None
     (lambda: jobs.interrupts.enqueue(), "tasks_conformance.jobs.Interrupted"),
 ], ids=["SystemExit", "BaseException"])
 def test_a_base_exception_fails_the_task_with_its_error(
-    backend: Harness, enqueue: Any, path: str, request: pytest.FixtureRequest
+    backend: Harness, enqueue: Any, path: str,
 ) -> None:
     """"If the Task doesn't succeed, and instead raises an exception, either as part of the
     Task or as part of running it, the exception and traceback are saved": any exception,
     ``SystemExit`` and other ``BaseException`` subclasses included."""
-    if not backend.immediate:
-        awaiting_fix(request, 1)
     result = backend.finished(enqueue())
     assert result.status == TaskResultStatus.FAILED
     assert [e.exception_class_path for e in result.errors] == [path]
