@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import FrameType
@@ -783,6 +783,8 @@ def _bench_cell(value: Any) -> str:
 
 # -- the dashboard (stator.dashboard) ---------------------------------------------------------
 
+_MIN_TOKEN = 16  # characters (not counting spaces) of a token guarding a non-loopback address
+
 
 @cli.command()
 @app_command
@@ -790,23 +792,31 @@ def _bench_cell(value: Any) -> str:
               help="Address to listen on; anything but loopback needs --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
 @click.option("--token", envvar="STATOR_DASHBOARD_TOKEN", default=None,
-              help="Enables actions (retry, move, pause); also from STATOR_DASHBOARD_TOKEN. "
-                   "Without it the dashboard is read-only.")
+              help="Every page then needs it (sign in, or Authorization: Bearer), and actions "
+                   "(retry, move, pause) are enabled; also from STATOR_DASHBOARD_TOKEN. "
+                   "Without it the dashboard is open and read-only (loopback only).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A Host name the dashboard answers to besides localhost, IP addresses "
+                   "and --host (e.g. the name a reverse proxy forwards); repeatable.")
+@click.option("--public-metrics", is_flag=True,
+              help="Serve /metrics without the token (for a Prometheus without credentials).")
 @_control_option
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def dashboard(
-    app: str, db: str | None, host: str, port: int, token: str | None, control: Path,
-    log_level: str,
+    app: str, db: str | None, host: str, port: int, token: str | None,
+    allowed_hosts: tuple[str, ...], public_metrics: bool, control: Path, log_level: str,
 ) -> None:
     """Serve a web dashboard (and /metrics) for APP's models."""
     _setup_logging(log_level)
-    serve_dashboard(lambda: load_app(app, db), host, port, token, control, log_level)
+    serve_dashboard(lambda: load_app(app, db), host, port, token, control, log_level,
+                    allowed_hosts=allowed_hosts, public_metrics=public_metrics)
 
 
 def serve_dashboard(
     make: Callable[[], Stator], host: str, port: int, token: str | None, control: Path | None,
-    log_level: str = "WARNING",
+    log_level: str = "WARNING", *, allowed_hosts: Iterable[str] = (),
+    public_metrics: bool = False,
 ) -> None:
     """Check, bind and serve the dashboard (``stator dashboard``, ``manage.py stator
     dashboard``): every mistake is one ``error:`` line, exit 2."""
@@ -816,6 +826,13 @@ def serve_dashboard(
                 f"refusing to serve the dashboard on {host} without a token: anyone who can "
                 "reach it could read your rows; pass --token (or STATOR_DASHBOARD_TOKEN), "
                 "or use --host 127.0.0.1"
+            )
+        if token and not _is_loopback(host) and len(token.strip()) < _MIN_TOKEN:
+            raise ConfigError(
+                f"refusing to serve the dashboard on {host} with a token of fewer than "
+                f"{_MIN_TOKEN} characters (not counting spaces): it could be guessed; "
+                "use a long random one, e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe())'"
             )
         try:
             import uvicorn
@@ -827,9 +844,11 @@ def serve_dashboard(
         stator = make()
         stator.check()
         sock = _listen(host, port)
-        web = create_app(stator, token=token or None, launcher_control=control)
+        web = create_app(stator, token=token or None, launcher_control=control,
+                         allowed_hosts=[host, *allowed_hosts], public_metrics=public_metrics)
     out.print(f"Stator dashboard on http://{host}:{sock.getsockname()[1]}/ "
-              f"({'actions enabled' if token else 'read-only'})", highlight=False)
+              f"({'sign in with the token; actions enabled' if token else 'read-only'})",
+              highlight=False)
     config = uvicorn.Config(web, log_level=log_level.lower(), access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 

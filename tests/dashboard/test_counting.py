@@ -5,7 +5,7 @@ pure parts of the dashboard (graph layout, request checks)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -91,14 +91,24 @@ def test_same_origin_accepts_only_this_dashboard() -> None:
     assert not _auth.same_origin(None, None, *here)
 
 
-def test_the_cookie_and_csrf_values_do_not_reveal_the_token() -> None:
-    assert "secret" not in _auth.session_value("secret")
-    assert _auth.session_value("secret") != _auth.csrf_value("secret")
+def test_a_session_cookie_is_a_signed_random_id_that_reveals_nothing() -> None:
+    now = datetime.now(UTC)
+    sessions = _auth.Sessions()
+    session, cookie = sessions.start("ann", now)
+    other, other_cookie = sessions.start("ann", now)
+    assert "ann" not in cookie and session.id != other.id and session.csrf != other.csrf
+    assert sessions.find(cookie, now) == session
+    assert sessions.find(other_cookie, now) == other
+    assert _auth.Sessions().find(cookie, now) is None  # another process's key
+    assert sessions.find(session.id, now) is None  # the id alone, unsigned
     assert _auth.check_post(
-        "secret", cookie=_auth.session_value("secret"), csrf=_auth.csrf_value("secret"),
-        bearer=None, origin="http://h", referer=None, scheme="http", host="h") is None
+        "secret", session=session, csrf=session.csrf, bearer=False, origin="http://h",
+        referer=None, scheme="http", host="h") is None
+    assert _auth.check_post(
+        "secret", session=session, csrf=other.csrf, bearer=False, origin="http://h",
+        referer=None, scheme="http", host="h") is not None
     refused = _auth.check_post(
-        None, cookie=None, csrf=None, bearer="secret", origin=None, referer=None,
+        None, session=None, csrf=None, bearer=True, origin=None, referer=None,
         scheme="http", host="h")
     assert refused is not None and refused.status == 403
 

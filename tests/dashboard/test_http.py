@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
 from stator._store import _schema
-from stator.dashboard import _auth, create_app
+from stator.dashboard import create_app
 
 from .flow import Flow
 
@@ -38,7 +38,7 @@ def setup(
 
 
 def client(stator: Stator, token: str | None = TOKEN, sign_in: bool = True) -> TestClient:
-    c = TestClient(create_app(stator, token=token), base_url=BASE)
+    c = TestClient(create_app(stator, token=token, allowed_hosts=["testserver"]), base_url=BASE)
     if token is not None and sign_in:
         r = c.post("/login", data={"token": token, "who": "ann"}, headers={"origin": BASE},
                    follow_redirects=False)
@@ -181,15 +181,16 @@ def test_posts_are_refused_without_a_token_or_from_another_site(setup: Any) -> N
     assert read_only.post("/login", data={"token": "x"}, headers=origin).status_code == 403
 
     anonymous = client(stator, sign_in=False)
-    assert anonymous.post(url, data=form, headers=origin).status_code == 403
-    assert anonymous.post("/login", data={"token": "wrong"}, headers=origin).status_code == 403
-    forged = {**form, "csrf": _auth.csrf_value(TOKEN)}  # a CSRF token, but no session
-    assert anonymous.post(url, data=forged, headers=origin).status_code == 403
+    assert anonymous.post(url, data=form, headers=origin).status_code == 401
+    other = client(stator)
+    forged = {**form, "csrf": csrf_of(other.get(url + "?to=held").text)}  # not its session's
+    assert anonymous.post(url, data=forged, headers=origin).status_code == 401
     wrong = {"authorization": "Bearer wrong"}
-    assert anonymous.post(url, data=form, headers=wrong).status_code == 403
+    assert anonymous.post(url, data=form, headers=wrong).status_code == 401
 
     signed = client(stator)
     csrf = csrf_of(signed.get(url + "?to=held").text)
+    assert signed.post(url, data=forged, headers=origin).status_code == 403  # other's CSRF
     assert signed.post(url, data=form, headers=origin).status_code == 403  # no CSRF token
     assert signed.post(url, data={**form, "csrf": "0" * 64}, headers=origin).status_code == 403
     evil = {"origin": "http://evil.example"}
@@ -204,6 +205,7 @@ def test_posts_are_refused_without_a_token_or_from_another_site(setup: Any) -> N
     assert done.status_code == 303
     assert row_of(stator, m, 1).state == "held"
     bearer = {"authorization": f"Bearer {TOKEN}"}
+    stator.clock.advance(1)  # the wrong bearer token above made this client wait a second
     back = anonymous.post(url, data={"seen_state": "held", "seen_next": "", "to": "done"},
                           headers=bearer, follow_redirects=False)
     assert back.status_code == 303
@@ -255,7 +257,7 @@ def test_retry_now_and_retry_all_failing(setup: Any) -> None:
     r = c.post("/models/orders/states/new/retry-failing", data={"csrf": csrf}, headers=h,
                follow_redirects=False)
     assert r.status_code == 303
-    assert "done=3" in r.headers["location"]
+    assert "done=due-all&n=3" in r.headers["location"]
     report = stator.run_once(raise_errors=False)
     assert report.claimed == 3
 
@@ -331,7 +333,8 @@ def test_overview_shows_the_launchers_databases_and_slots(setup: Any, tmp_path: 
                        "pid": 4242, "started_at": None, "starts": 1, "restarts": 0,
                        "last_error": "<b>boom</b>"}],
     })
-    page = TestClient(create_app(stator, launcher_control=control)).get("/")
+    page = TestClient(create_app(stator, launcher_control=control,
+                                 allowed_hosts=["testserver"])).get("/")
     assert "sqlite:///tenant-a.db" in page.text
     assert "&lt;b&gt;boom&lt;/b&gt;" in page.text and "<b>boom" not in page.text
     assert "not running" in page.text  # nobody holds the control place's lock
@@ -347,7 +350,7 @@ def test_the_token_can_come_from_the_environment(
     monkeypatch.setenv("STATOR_DASHBOARD_TOKEN", "from-env")
     seen: list[Any] = []
     monkeypatch.setattr(_cli, "serve_dashboard",
-                        lambda make, host, port, token, control, level: seen.append(token))
+                        lambda make, host, port, token, control, level, **kw: seen.append(token))
     monkeypatch.setattr(_cli, "load_app", lambda app, db: stator)
     with pytest.raises(SystemExit) as done:
         _cli.main(["dashboard", "x:y", "--host", "0.0.0.0"])

@@ -122,6 +122,27 @@ def test_dashboard_on_another_interface_needs_a_token(
     assert err.count("\n") == 1 and err.startswith("error: refusing to serve")
 
 
+@pytest.mark.parametrize("token", [" ", "short", " " * 20, "fifteen-chars15"])
+def test_a_dashboard_beyond_loopback_needs_a_long_token(
+    app: Callable[..., str], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, token: str,
+) -> None:
+    class Listening(Exception):
+        pass
+
+    def listen(host: str, port: int) -> None:
+        raise Listening(host)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("stator._cli._listen", listen)
+    code, err = run_cli(capsys, "dashboard", app(), "--host", "0.0.0.0", "--token", token)
+    assert code == 2
+    assert err.count("\n") == 1 and "fewer than 16 characters" in err
+    # On loopback a short token passes the checks (no one else can reach it to guess).
+    with pytest.raises(Listening):
+        main(["dashboard", app(), "--token", token])
+
+
 def test_a_second_dashboard_on_a_port_in_use_exits_2_with_one_line(
     app: Callable[..., str], capsys: pytest.CaptureFixture[str], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, busy_port: int,
@@ -234,7 +255,16 @@ def test_the_dashboard_in_a_browser_follows_a_running_worker(
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.set_default_timeout(WAIT * 1000)
+            refused: list[str] = []  # what the Content-Security-Policy blocked, if anything
+            page.on("console", lambda m: refused.append(m.text)
+                    if "Content Security Policy" in m.text else None)
             page.goto(base + "/")
+            # Every page needs the token: the browser lands on the sign-in page first.
+            assert page.url == base + "/login?next=%2F"
+            page.fill('input[name="token"]', "t")
+            page.fill('input[name="who"]', "ann")
+            page.click("button")
+            page.wait_for_url(base + "/")
             sent = page.locator('[data-key="rows:messages:sent"]')
             assert sent.text_content() == "0"
             assert page.locator('[data-key="rows:messages:queued"]').text_content() == "120"
@@ -263,6 +293,7 @@ def test_the_dashboard_in_a_browser_follows_a_running_worker(
 
             page.goto(base + "/errors")
             assert page.get_by_text("remote <b>refused</b>").first.is_visible()
+            assert refused == []
         finally:
             browser.close()
     if SCREENSHOTS:

@@ -168,7 +168,8 @@ def test_an_unreadable_launcher_state_is_said_in_one_line(
     control = tmp_path / "control"
     control.mkdir()
     (control / "state.json").write_text(broken)
-    page = TestClient(create_app(stator, launcher_control=control)).get("/")
+    page = TestClient(create_app(stator, launcher_control=control,
+                                 allowed_hosts=["testserver"])).get("/")
     assert page.status_code == 200
     assert "launcher state unreadable: " in page.text
     with pytest.raises(SystemExit) as done:

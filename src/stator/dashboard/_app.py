@@ -8,6 +8,7 @@ and graph pages.  All database work goes through ``_store._dashboard``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -18,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -30,14 +32,22 @@ from .._graph import role
 from .._stator import LIVE_AFTER, Stator
 from .._store import TrackedModel, _dashboard
 from ..errors import TransitionConflict, TransitionError
-from . import _auth
+from . import _auth, _guard
 from ._dbmetrics import DatabaseCollector
 
 STATIC = Path(__file__).parent / "static"
+# What ``?done=`` may say after an action: a short code picks one of these fixed texts, so
+# a link can never make the page say something of its own.
+DONE = {
+    "due": "made due now",
+    "moved": "moved",
+    "due-all": "row(s) made due now",
+}
 
 
 class Dashboard:
-    """The state shared by every request: the Stator, the token, the templates."""
+    """The state shared by every request: the Stator, the token, the sessions, the
+    templates."""
 
     def __init__(
         self, stator: Stator, token: str | None = None, launcher_control: Path | None = None,
@@ -45,6 +55,8 @@ class Dashboard:
         self.stator = stator
         self.token = token or None
         self.launcher_control = launcher_control
+        self.sessions = _auth.Sessions()
+        self.backoff = _auth.Backoff()
         self.env = Environment(
             loader=PackageLoader("stator.dashboard", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -66,16 +78,15 @@ class Dashboard:
             raise HTTPException(404, f"no model {model!r} here")
         return found
 
-    def signed_in(self, request: Request) -> bool:
-        return self.token is not None and _auth.same(
-            request.cookies.get(_auth.SESSION_COOKIE), _auth.session_value(self.token))
-
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        """A rendered page; before signing in (with a token) it shows no model names and no
+        database URL."""
         template = self.env.get_template(name)
+        access = _guard.access(request)
         html = template.render(
             request=request, models=list(self.by_name), read_only=self.token is None,
-            signed_in=self.signed_in(request),
-            csrf=_auth.csrf_value(self.token) if self.token else "",
+            signed_in=access.signed_in, shown=self.token is None or access.signed_in,
+            csrf=access.session.csrf if access.session else "",
             database=self.stator.url, **context,
         )
         return HTMLResponse(html, status_code=status)
@@ -83,11 +94,9 @@ class Dashboard:
     async def refuse_unless_allowed(self, request: Request) -> dict[str, str]:
         """The POSTed form, if this request may act; else a 403."""
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        bearer = request.headers.get("authorization", "")
+        access = _guard.access(request)
         refusal = _auth.check_post(
-            self.token, cookie=request.cookies.get(_auth.SESSION_COOKIE),
-            csrf=form.get("csrf"),
-            bearer=bearer[7:] if bearer.lower().startswith("bearer ") else None,
+            self.token, session=access.session, csrf=form.get("csrf"), bearer=access.bearer,
             origin=request.headers.get("origin"), referer=request.headers.get("referer"),
             scheme=request.url.scheme, host=request.headers.get("host", ""),
         )
@@ -96,15 +105,21 @@ class Dashboard:
         return form
 
     def actor(self, request: Request) -> str:
-        who = request.cookies.get(_auth.WHO_COOKIE) or "token"
+        """Who acts, for the action log: the name signed into the session (never a cookie
+        the browser could edit), or "token" for a bearer-token script."""
+        session = _guard.access(request).session
+        who = session.who if session else "token"
         host = request.client.host if request.client else "?"
         return f"{who[:100]} from {host}"
 
 
 def create_app(
-    stator: Stator, token: str | None = None, launcher_control: Path | None = None,
+    stator: Stator, token: str | None = None, launcher_control: Path | None = None, *,
+    allowed_hosts: Iterable[str] = (), public_metrics: bool = False,
 ) -> Starlette:
-    """The dashboard as an ASGI app over ``stator`` (actions need ``token``)."""
+    """The dashboard as an ASGI app over ``stator``.  With ``token``, every page needs it
+    (``/metrics`` too unless ``public_metrics``) and actions are enabled; requests must name
+    ``localhost``, an IP address or one of ``allowed_hosts`` in their Host header."""
     d = Dashboard(stator, token, launcher_control)
 
     # -- read-only pages -------------------------------------------------------------------
@@ -156,6 +171,7 @@ def create_app(
             request, "rows.html", model=t.name, states=list(t.graph.states), state=state,
             due=due, failing=failing, unknown=unknown, page=page, columns=columns, pk=t.pk,
             retryable=state in {s.name for s in t.graph.scheduled_states()},
+            done=_done(request),
         )
 
     def row_page(request: Request) -> Response:
@@ -172,8 +188,7 @@ def create_app(
             columns=[c.name for c in t.table.c if c.name != "state_history"],
             history=history or [], errors=_dashboard.row_errors(d.stator.store, t, row[t.pk]),
             targets=sorted(current.children) if current else [],
-            retryable=bool(current and current.scheduled),
-            done=request.query_params.get("done"),
+            retryable=bool(current and current.scheduled), done=_done(request),
         )
 
     def errors_page(request: Request) -> Response:
@@ -187,26 +202,45 @@ def create_app(
     # -- signing in --------------------------------------------------------------------------
 
     def login_form(request: Request) -> Response:
-        return d.page(request, "login.html", error=None)
+        return d.page(request, "login.html", error=None,
+                      next=_guard.local_path(request.query_params.get("next")))
 
     async def login(request: Request) -> Response:
+        """Checks the token (wrong ones back off), then starts a new session: a new id and a
+        new CSRF token at every sign-in, whatever cookie the browser had before."""
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         if d.token is None:
             raise HTTPException(403, "this dashboard is read-only (start it with --token)")
         if not _auth.same_origin(request.headers.get("origin"), request.headers.get("referer"),
                                  request.url.scheme, request.headers.get("host", "")):
             raise HTTPException(403, "cross-site request refused")
+        after = _guard.local_path(form.get("next"))
+        client, now = request.client.host if request.client else "?", d.stator.clock.now()
+        wait = d.backoff.wait(client, now)
+        if wait > 0:
+            return d.page(request, "login.html", status=429, next=after,
+                          error=_guard.try_again(wait))
         if not _auth.same(form.get("token"), d.token):
-            return d.page(request, "login.html", status=403, error="wrong token")
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(_auth.SESSION_COOKIE, _auth.session_value(d.token), httponly=True,
-                            samesite="strict")
-        response.set_cookie(_auth.WHO_COOKIE, (form.get("who") or "operator")[:100],
-                            httponly=True, samesite="strict")
+            d.backoff.wrong(client, now)
+            return d.page(request, "login.html", status=403, error="wrong token", next=after)
+        d.backoff.right(client)
+        old = _guard.access(request).session
+        if old is not None:
+            d.sessions.end(old)
+        who = " ".join((form.get("who") or "").split())[:100] or "operator"
+        _session, cookie = d.sessions.start(who, now)
+        response = RedirectResponse(after, status_code=303)
+        response.set_cookie(
+            _auth.SESSION_COOKIE, cookie, max_age=int(d.sessions.lifetime.total_seconds()),
+            httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
     def logout(request: Request) -> Response:
-        response = RedirectResponse("/", status_code=303)
+        """Ends the session here, not only in the browser: its cookie opens nothing after."""
+        session = _guard.access(request).session
+        if session is not None:
+            d.sessions.end(session)
+        response = RedirectResponse("/login" if d.token else "/", status_code=303)
         response.delete_cookie(_auth.SESSION_COOKIE)
         return response
 
@@ -244,12 +278,12 @@ def create_app(
             if action == "retry":
                 await run_in_threadpool(_dashboard.retry_now, d.stator.store, t, row[t.pk],
                                         seen_state, seen_next, now, actor)
-                done = "made due now"
+                done = "due"
             elif action == "move":
                 to = form.get("to", "")
                 await run_in_threadpool(_dashboard.move_row, d.stator.store, t, row[t.pk],
                                         seen_state, seen_next, to, now, actor)
-                done = f"moved to {to}"
+                done = "moved"
             else:
                 raise HTTPException(404, "no such action")
         except TransitionConflict as exc:
@@ -276,7 +310,7 @@ def create_app(
             raise HTTPException(404, f"{t.graph.__name__} runs no handler in {state!r}")
         n = await run_in_threadpool(_dashboard.retry_failing, d.stator.store, t, state,
                                     d.stator.clock.now(), d.actor(request))
-        query = urlencode({"state": state, "done": n})
+        query = urlencode({"state": state, "done": "due-all", "n": n})
         return RedirectResponse(f"/models/{_part(t.name)}/rows?{query}", status_code=303)
 
     def confirm_pause(request: Request) -> Response:
@@ -322,7 +356,11 @@ def create_app(
           for verb in ("pause", "resume")),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    guard = Middleware(
+        _guard.Guard, token=d.token, sessions=d.sessions, backoff=d.backoff,
+        now=d.stator.clock.now, allowed_hosts=allowed_hosts, public_metrics=public_metrics)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found},
+                    middleware=[guard])
     app.add_middleware(ModelInOneSegment)
     app.state.dashboard = d
     return app
@@ -351,6 +389,15 @@ class ModelInOneSegment:
                 scope = {**scope, "path": path + ("/" + unquote(rest) if at + 1 < len(parts)
                                                   else "")}
         await self.app(scope, receive, send)
+
+
+def _done(request: Request) -> str | None:
+    """The fixed text ``?done=CODE`` stands for (with its row count for ``due-all``)."""
+    text = DONE.get(request.query_params.get("done", ""))
+    if text is None:
+        return None
+    n = request.query_params.get("n", "")
+    return f"{int(n)} {text}" if n.isdecimal() and len(n) < 10 else text
 
 
 def _action(request: Request) -> str:

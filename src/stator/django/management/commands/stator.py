@@ -1,6 +1,7 @@
 """``manage.py stator status [--json]``, ``manage.py stator graph [--format mermaid|dot]`` and
-``manage.py stator dashboard [--host] [--port] [--token]``: the ``stator`` CLI's reports and
-dashboard, for the project's StatorModels."""
+``manage.py stator dashboard [--host] [--port] [--token] [--allowed-host NAME]
+[--public-metrics]``: the ``stator`` CLI's reports and dashboard, for the project's
+StatorModels."""
 
 from __future__ import annotations
 
@@ -28,7 +29,13 @@ class Command(BaseCommand):
                          help="Address to listen on; anything but loopback needs a token.")
         web.add_argument("--port", type=int, default=8765)
         web.add_argument("--token", default=os.environ.get("STATOR_DASHBOARD_TOKEN"),
-                         help="Enables actions; also from STATOR_DASHBOARD_TOKEN.")
+                         help="Every page then needs it, and actions are enabled; also "
+                              "from STATOR_DASHBOARD_TOKEN.")
+        web.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts",
+                         help="A Host name to answer to besides localhost, IP addresses and "
+                              "--host; repeatable.")
+        web.add_argument("--public-metrics", action="store_true",
+                         help="Serve /metrics without the token.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from stator._cli import print_graphs, print_status, serve_dashboard, user_errors
@@ -39,7 +46,9 @@ class Command(BaseCommand):
             with user_errors():
                 check_or_fail()
             serve_dashboard(_setup.build_stator, options["host"], options["port"],
-                            options["token"], None)
+                            options["token"], None,
+                            allowed_hosts=options["allowed_hosts"],
+                            public_metrics=options["public_metrics"])
             return
         with user_errors():
             check_or_fail()
