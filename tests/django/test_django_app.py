@@ -431,3 +431,33 @@ def test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks(
         assert not conn.in_atomic_block
     finally:
         scopes.settle()
+
+
+# -- issue 20, item 7: a row the engine cannot read costs that row only -------------------------
+
+
+GARBAGE = {"sqlite": "'garbage'", "postgresql": "'infinity'"}
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_a_row_the_worker_cannot_read_is_set_aside_and_the_rest_run(alias: str) -> None:
+    from django.db import connections
+
+    from stator.django._setup import build_stator
+
+    jobs = Job.objects.using(alias).bulk_create([Job() for _ in range(5)])
+    poisoned = jobs[2].pk
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE orders_job SET state_changed = {GARBAGE[connection.vendor]} "
+                       f"WHERE id = {int(poisoned)}")
+    stator = build_stator(models=[Job], alias=alias, concurrency=2)
+    assert stator.worker(until_idle=True, idle_window=0).run().reason == "idle"
+    found = dict(Job.objects.using(alias).values_list("pk", "state_attempts"))
+    assert found.pop(poisoned) == 1
+    assert set(Job.objects.using(alias).exclude(pk=poisoned).values_list("state", flat=True)) \
+        == {"done"}
+    errors = [e for e in stator.status()["errors"] if e["row_pk"] == str(poisoned)]
+    assert [e["kind"] for e in errors] == ["unreadable"]
+    assert "state_changed" in errors[0]["message"]

@@ -44,7 +44,7 @@ from .._policy import Claimed, Write, first_due
 from .._types import UTCDateTime
 from ..django.fields import StatorDateTimeField
 from ..errors import ConfigError, TransitionConflict, TransitionError
-from . import _schema
+from . import _schema, _unreadable
 from ._dialects import BEGIN_OPTION, dialect_for, with_client_settings
 from ._store import WRITE, Store, writer_lock
 from ._tracked import TrackedModel
@@ -306,6 +306,22 @@ class DjangoStore(Store):
         if sql is None or limit <= 0:
             return []
         params = self._claim_params(tracked, now, limit)
+        if connections[self.alias].in_atomic_block:  # the caller's transaction: its errors
+            return self._claim_rows(tracked, sql, params)
+        return _unreadable.claim_setting_aside(
+            self, tracked, now, params, lambda: self._claim_rows(tracked, sql, params)
+        )
+
+    def load_one(self, conn: Any, tracked: TrackedModel, key: Any) -> tuple[Any, Claimed]:
+        row = conn.execute(text(
+            f"SELECT {', '.join(tracked.quoted_columns)} FROM {tracked.quoted_table} "
+            f"WHERE {tracked.quoted_pk} = :pk"
+        ), {"pk": key}).one()
+        return self._materialise(tracked, row)
+
+    def _claim_rows(
+        self, tracked: TrackedModel, sql: str, params: dict[str, Any]
+    ) -> list[tuple[Any, Claimed]]:
         rows = self._claim_on_psycopg(tracked, sql, params)
         if rows is None:
             if connections[self.alias].in_atomic_block:
@@ -366,6 +382,8 @@ class DjangoStore(Store):
             lease_until=when(row[shape.state_next], dialect),  # type: ignore[arg-type]
             attempts=int(row[shape.state_attempts]),
         )
+        if claimed.state_changed is None:  # Django's SQLite converters read garbage as None
+            raise ValueError("state_changed does not hold a time")
         return obj, claimed
 
 

@@ -141,15 +141,12 @@ def _unreadable(
     raw = _raw_values(conn, tracked, key)
     attempts = raw.get("state_attempts")
     attempt = int(attempts) + 1 if attempts is not None and attempts.isdigit() else 1
-    if columns:
-        what = ", ".join(
-            f"{c} holds {raw[c]!r}" if c in raw else f"{c} holds a value it cannot convert"
-            for c in columns
-        )
-    else:
-        what = _first_line(failure)
+    what = ": " + ", ".join(
+        f"{c} holds {raw[c]!r}" if c in raw else f"{c} holds a value it cannot convert"
+        for c in columns
+    ) if columns else ""
     message = (
-        f"Stator cannot read this row: {what} ({_first_line(failure)}); set aside until "
+        f"Stator cannot read this row{what} ({_first_line(failure)}); set aside until "
         f"{until:%Y-%m-%d %H:%M:%S} UTC: fix the value, then retry the row"
     )
     return Unreadable(
