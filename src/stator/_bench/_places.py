@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from .._store._dialects import dialect_for
+from .._urls import shown
 from ..errors import ConfigError
 
 CHUNK = 1_000_000  # rows per INSERT … SELECT when filling big tables
@@ -108,15 +109,15 @@ class Server:
 def _postgres_url(db: str) -> URL:
     try:
         url = make_url(db)
-    except ArgumentError as exc:
-        raise ConfigError(f"not a database URL: {db!r}") from exc
+    except (ArgumentError, ValueError) as exc:
+        raise ConfigError(f"not a database URL: {shown(db)!r}") from exc
     if url.get_backend_name() == "sqlite":
         raise ConfigError(
             "stator bench needs no --db for SQLite (it uses throwaway files); "
             "give --db a PostgreSQL server URL"
         )
     if url.get_backend_name() != "postgresql":
-        raise ConfigError(f"stator bench measures SQLite or PostgreSQL, not {db!r}")
+        raise ConfigError(f"stator bench measures SQLite or PostgreSQL, not {shown(db)!r}")
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     return url
