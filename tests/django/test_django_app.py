@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,11 @@ import psycopg
 import pytest
 from django.db import models
 from django.test.utils import isolate_apps
-from djtest.orders.models import Job, Order, OrderStates, Receipt
+from djtest.orders.models import ERRAND_RELEASE, Errand, Job, Order, OrderStates, Receipt
 
 from stator import ManualClock
-from stator.django import checks
+from stator.django import _in_request, checks
+from stator.django._ops_models import StatorError
 from stator.django.models import StatorModel
 from stator.django.testing import assert_path, path_of, run_until_idle
 
@@ -91,6 +93,73 @@ def test_run_batch_answers_and_runs(client: Any, settings: Any) -> None:
     settings.STATOR = {}
     assert client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"}
                        ).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_batch_records_exit_and_interrupt_and_runs_their_batch_mates(client: Any) -> None:
+    """SystemExit and KeyboardInterrupt from a handler are that row's failure: recorded, an
+    attempt counted; the other rows run, and the next request is no 500 either."""
+    exits = Errand.objects.create(kind="exit")
+    interrupts = Errand.objects.create(kind="interrupt")
+    fine = Errand.objects.create()
+    done = client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert done.status_code == 200
+    body = json.loads(done.content)
+    assert (body["claimed"], body["errors"], body["transitions"]) == (3, 2, 1)
+    assert Errand.objects.get(pk=fine.pk).state == "done"
+    for row, kind in ((exits, "SystemExit"), (interrupts, "KeyboardInterrupt")):
+        again = Errand.objects.get(pk=row.pk)
+        assert (again.state, again.state_attempts) == ("pending", 1)
+        assert kind in StatorError.objects.get(row_pk=str(row.pk)).message
+    assert client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"}
+                       ).status_code == 200
+
+
+@pytest.fixture
+def hanging() -> Iterator[None]:
+    ERRAND_RELEASE.clear()
+    yield
+    ERRAND_RELEASE.set()
+    for thread in list(_in_request._abandoned):
+        thread.join(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_batch_enforces_a_handlers_timeout_and_bounds_abandoned_threads(
+    client: Any, hanging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_in_request, "MAX_ABANDONED", 1)
+    hung = Errand.objects.create(kind="hang")  # its state's timeout is 0.5 s
+    fine = Errand.objects.create()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    body = json.loads(client.post("/stator/run/", headers=auth).content)
+    assert (body["timeouts"], body["errors"], body["transitions"]) == (1, 1, 0)
+    assert Errand.objects.get(pk=hung.pk).state_attempts == 1
+    # The batch's lease (2 x 0.5 s) no longer holds a whole timeout: handed back unstarted.
+    assert Errand.objects.get(pk=fine.pk).state_attempts == 0
+    error = StatorError.objects.get(row_pk=str(hung.pk))
+    assert error.kind == "timeout" and "ERRAND_RELEASE.wait" in error.traceback
+    refused = client.post("/stator/run/", headers=auth)  # the abandoned thread still runs
+    assert refused.status_code == 503 and "abandoned" in json.loads(refused.content)["error"]
+    ERRAND_RELEASE.set()
+    for thread in list(_in_request._abandoned):
+        thread.join(10)
+    assert json.loads(client.post("/stator/run/", headers=auth).content)["transitions"] == 1
+    assert Errand.objects.get(pk=fine.pk).state == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_batch_ends_within_its_budget_and_hands_the_rest_back(
+    client: Any, hanging: None, settings: Any
+) -> None:
+    settings.STATOR = {**settings.STATOR, "RUN_BUDGET": 2.0}
+    rows = [Errand.objects.create(kind="hang", state="slow") for _ in range(3)]  # 30 s each
+    body = json.loads(client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"}
+                                  ).content)
+    assert (body["timeouts"], body["handed_back"], body["budget"]) == (1, 2, 2.0)
+    attempts = sorted(Errand.objects.filter(pk__in=[r.pk for r in rows])
+                      .values_list("state_attempts", flat=True))
+    assert attempts == [0, 0, 1]  # handed back unstarted: no attempt counted
 
 
 # -- the admin ------------------------------------------------------------------------------

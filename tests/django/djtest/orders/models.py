@@ -1,6 +1,7 @@
 """The issue's contract models (without the task part), and a few for behaviour tests."""
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,36 @@ class Parcel(StatorModel):
     @classmethod
     def stator_write_extra(cls, store: Any, conn: Any, writes: Any) -> None:
         write_labels(cls._meta.db_table, store, conn, writes)
+
+
+ERRAND_RELEASE = threading.Event()  # set by the tests to let a hanging errand end
+
+
+class ErrandStates(StateGraph):
+    """Handlers that misbehave in the in-request runner: they exit, interrupt or hang."""
+
+    pending = State(timeout=0.5, retry_after=60)
+    slow = State(timeout=30, retry_after=60)  # for the request's budget: longer than it
+    done = State()
+    pending.transitions_to(done)
+    pending.transitions_to(slow)
+    slow.transitions_to(done)
+
+    @classmethod
+    def check_slow(cls, errand: Any) -> Any:
+        return cls.check_pending(errand)
+
+    @classmethod
+    def check_pending(cls, errand: Any) -> Any:
+        if errand.kind == "exit":
+            raise SystemExit(3)
+        if errand.kind == "interrupt":
+            raise KeyboardInterrupt
+        if errand.kind == "hang":
+            ERRAND_RELEASE.wait(60)
+        return cls.done
+
+
+class Errand(StatorModel):
+    state_graph = ErrandStates
+    kind = models.CharField(max_length=20, default="ok")
