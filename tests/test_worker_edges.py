@@ -301,3 +301,37 @@ def test_a_stop_cuts_the_listeners_wait_short(backend, build_models, make_stator
     thread.start()
     thread.join(30)
     assert not thread.is_alive(), "run() waited out the listener's wait"
+
+
+# -- issue 20, item 11: a disk that stays full ends an --until-idle run --------------------------
+
+
+def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
+    backend, build_models, make_stator, monkeypatch
+):
+    """Claims work, the results cannot be written: the writer gives up after the patience
+    instead of retrying for ever while the coordinator waits for it."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from stator import _broken
+
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    with Session(stator.engine) as session:
+        session.add(models.Order(id=1))
+        session.commit()
+
+    def full(*_args: Any, **_kwargs: Any) -> Any:
+        raise OperationalError("UPDATE", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr(_broken, "DISK_FULL_PATIENCE", 0.0)
+    monkeypatch.setattr(stator.store, "write_all", full)
+    worker = stator.worker(until_idle=True, idle_window=0, run_for=10)
+    try:
+        worker.run()
+    except DatabaseUnusable as exc:
+        assert "disk is full" in str(exc)
+    else:
+        raise AssertionError("the worker waited on the writer until --run-for")

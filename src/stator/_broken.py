@@ -66,6 +66,14 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(orig, sqlite3.Error) and "database or disk is full" in str(orig).lower()
 
 
+def disk_full(exc: BaseException) -> DatabaseUnusable:
+    """The error that ends an ``--until-idle`` run whose database's disk stays full."""
+    return DatabaseUnusable(
+        f"the database's disk is full: {first_line(exc)} (still full after "
+        f"{DISK_FULL_PATIENCE:g}s; free some space and run again)"
+    )
+
+
 def first_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip()

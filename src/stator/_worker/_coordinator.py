@@ -222,10 +222,7 @@ class Worker:
         may be freed)."""
         if (self.options.until_idle and is_disk_full(exc)
                 and self._outage.lasted() >= _broken.DISK_FULL_PATIENCE):
-            raise DatabaseUnusable(
-                f"the database's disk is full: {first_line(exc)} (still full after "
-                f"{_broken.DISK_FULL_PATIENCE:g}s; free some space and run again)"
-            ) from exc
+            raise _broken.disk_full(exc) from exc
 
     def _healthy(self) -> list[TrackedModel]:
         return [t for t in self.tracked if not self._broken.is_broken(t.name)]
@@ -339,6 +336,8 @@ class Worker:
     def _collect_written(self) -> None:
         if self._writer.collect_written():
             self._maybe_due = True
+        if self._writer.gave_up is not None:
+            raise self._writer.gave_up
 
     def _in_flight(self) -> bool:
         return self.board.outstanding() > 0

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _metrics
+from .. import _broken, _metrics
 from .._board import Board, ThreadState
 from .._outage import Outage, is_transient
 from .._policy import Write
@@ -54,6 +54,9 @@ class Writer:
         self._written: deque[tuple[WriteBatch, dict[str, set[Any]]]] = deque()
         self._in_flight = 0  # coordinator thread: batches handed over, not yet reported back
         self._thread: threading.Thread | None = None
+        # Set by the writer thread when an ``until_idle`` run must end (a disk that stays
+        # full); raised by the coordinator.
+        self.gave_up: BaseException | None = None
 
     @property
     def pending(self) -> bool:
@@ -147,6 +150,11 @@ class Writer:
 
     # -- the writer thread -----------------------------------------------------------------
 
+    def _disk_stays_full(self, exc: BaseException, outage: Outage) -> bool:
+        """``until_idle``: give up on a disk full for longer than ``DISK_FULL_PATIENCE``."""
+        return (self._options.until_idle and _broken.is_disk_full(exc)
+                and outage.lasted() >= _broken.DISK_FULL_PATIENCE)
+
     def _main(self) -> None:
         try:
             self._write_batches()
@@ -168,7 +176,13 @@ class Writer:
                     lost = self._store.write_all(groups, self._worker_id)
                 except DBAPIError as exc:
                     if is_transient(exc):
-                        pause.wait(outage.failed(exc))  # results are kept, not lost
+                        wait = outage.failed(exc)
+                        if self._disk_stays_full(exc, outage):
+                            # Not written: the rows run again after their lease.
+                            self.gave_up = _broken.disk_full(exc)
+                            lost = {t.name: {w.pk for w in ws} for t, ws in groups}
+                            break
+                        pause.wait(wait)  # results are kept, not lost
                         continue
                     log.exception("writing results failed; the rows run again after their "
                                   "lease", extra={"action": "write_failed"})
