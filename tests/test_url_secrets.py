@@ -211,3 +211,25 @@ def test_the_launchers_keys_state_file_and_logs_hide_the_secrets(
     assert SECRET not in scheduler_output
     assert SECRET not in "\n".join(r.getMessage() for r in caplog.records)
     assert SECRET not in "".join(capsys.readouterr())
+
+
+# -- never on a command line ------------------------------------------------------------------
+
+
+def test_bench_workers_get_their_url_in_the_environment_not_on_argv(tmp_path: Path) -> None:
+    from stator._bench._child import Child, ChildSpec
+    from stator._bench._models import BenchRow
+
+    url = f"sqlite:///{tmp_path / 'bench.db'}?password={SECRET}"
+    stator = Stator(url, [BenchRow])
+    stator.migrate()
+    stator.dispose()
+    child = Child(ChildSpec(url=url, mode="idle", models=["BenchRow"], seconds=0.1,
+                            settle=0.0), tmp_path)
+    try:
+        child.expect("ready", timeout=60)  # it got its database
+        cmdline = Path(f"/proc/{child.proc.pid}/cmdline").read_bytes()
+        assert b"stator._bench._child" in cmdline and SECRET.encode() not in cmdline
+        assert all(SECRET not in arg for arg in child.proc.args)  # type: ignore[union-attr]
+    finally:
+        child.kill()

@@ -1,6 +1,8 @@
 """Worker processes for the benchmark: a real Stator worker in a process of its own.
 
-Run as ``python -m stator._bench._child SPEC`` (SPEC: JSON).  The child measures itself (CPU,
+Run as ``python -m stator._bench._child`` with its SPEC (JSON) in ``STATOR_BENCH_CHILD``: the
+environment, not the command line, where ``ps`` would show the database password to every
+user.  The child measures itself (CPU,
 memory, statements sent) and talks to the parent one JSON line at a time on stdout, taking
 orders on stdin, so the parent can start several workers at the same moment and read the
 database server's CPU while the workers still hold their connections:
@@ -154,8 +156,11 @@ MODES: dict[str, Callable[[Stator, ChildSpec, StatementCounter], dict[str, Any]]
 }
 
 
-def main(argv: list[str]) -> None:
-    spec = ChildSpec(**json.loads(argv[1]))
+SPEC_VARIABLE = "STATOR_BENCH_CHILD"
+
+
+def main() -> None:
+    spec = ChildSpec(**json.loads(os.environ.pop(SPEC_VARIABLE)))
     FanOut.children_per_parent = spec.fan_out
     stator = Stator(
         spec.url, [MODELS[name] for name in spec.models],
@@ -181,7 +186,8 @@ class Child:
         self._err_path = folder / f"child-{id(self)}.err"
         self._err: IO[bytes] = open(self._err_path, "wb")  # noqa: SIM115 (closed in kill)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stator._bench._child", json.dumps(asdict(spec))],
+            [sys.executable, "-m", "stator._bench._child"],
+            env=dict(os.environ, **{SPEC_VARIABLE: json.dumps(asdict(spec))}),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -261,4 +267,4 @@ def children(specs: list[ChildSpec], folder: Path) -> Iterator[list[Child]]:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main()

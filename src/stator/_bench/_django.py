@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -49,9 +50,9 @@ def _django_once(ctx: Context, rows: int) -> dict[str, float]:
     ctx.progress(f"django: {rows:,} rows through the Django store, one worker process")
     with ctx.server.place("django") as place:
         done = subprocess.run(
-            [sys.executable, "-m", CHILD, place.url, str(rows), str(ctx.concurrency),
-             str(ctx.batch_size)],
-            capture_output=True, text=True, check=False, timeout=600 + rows / 100,
+            [sys.executable, "-m", CHILD, str(rows), str(ctx.concurrency), str(ctx.batch_size)],
+            env=dict(os.environ, STATOR_BENCH_DB=place.url), capture_output=True, text=True,
+            check=False, timeout=600 + rows / 100,
         )
     if done.returncode != 0:
         from ._child import BenchError

@@ -1,10 +1,12 @@
 """The Django side of ``stator bench --scenario django``, in a process of its own (Django's
-settings are configured once per process): ``python -m stator._bench._django_child URL ROWS
-CONCURRENCY BATCH_SIZE`` prints one JSON line, the drain's rate and CPU."""
+settings are configured once per process): ``python -m stator._bench._django_child ROWS
+CONCURRENCY BATCH_SIZE``, its database URL in ``STATOR_BENCH_DB`` (not on the command line,
+where ``ps`` would show its password), prints one JSON line, the drain's rate and CPU."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -28,8 +30,12 @@ def django_database(url: str) -> dict[str, Any]:
     }
 
 
+URL_VARIABLE = "STATOR_BENCH_DB"
+
+
 def main(argv: list[str]) -> None:
-    url, rows, concurrency, batch_size = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    url = os.environ.pop(URL_VARIABLE)
+    rows, concurrency, batch_size = int(argv[0]), int(argv[1]), int(argv[2])
     from django.conf import settings
     from django.core.management import call_command
 
