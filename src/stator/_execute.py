@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -228,6 +229,15 @@ class Executor:
         if write.failure is None or hook is None or tracked.write_extra is None:
             return write
         return dataclasses.replace(write, extra=hook(task.obj, write, task.error))
+
+
+def stack_of(thread: threading.Thread | None) -> str:
+    """Where a handler's thread is right now, for the failure record of a hung handler."""
+    frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+    if frame is None:
+        return ""
+    return ("Stack of the handler's thread at its deadline (most recent call last):\n"
+            + "".join(traceback.format_stack(frame)))
 
 
 class _Contained(Exception):

@@ -12,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 
 from .. import _metrics, _policy
 from .._board import Board, ThreadState
 from .._clock import Clock
-from .._execute import Executor, Task
+from .._execute import Executor, Task, stack_of
 from ._state import Signals, Timing, WorkerOptions
 
 log = logging.getLogger("stator.worker")
@@ -160,7 +158,8 @@ class HandlerPool:
                     task.tracked.name, task.claimed.pk, task.claimed.state, task.timeout,
                     extra={"action": "deadline"},
                 )
-                task.write = self._executor.timed_out(task, self._stack_of(task.thread))
+                stack = stack_of(self._threads.get(task.thread))
+                task.write = self._executor.timed_out(task, stack)
                 self._threads.pop(task.thread, None)  # it exits by itself if it ever returns
                 self._finished.append(task)
                 self._board.take_back()
@@ -185,17 +184,6 @@ class HandlerPool:
             if not self._signals.stop.is_set():
                 self._replaced += 1
                 self._spawn_thread()
-
-    def _stack_of(self, name: str) -> str:
-        """Where a handler thread is right now (for the failure record of a hung handler)."""
-        thread = self._threads.get(name)
-        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
-        if frame is None:
-            return ""
-        return (
-            "Stack of the handler's thread at its deadline (most recent call last):\n"
-            + "".join(traceback.format_stack(frame))
-        )
 
     def _spawn_thread(self) -> None:
         self._thread_seq += 1

@@ -19,14 +19,12 @@ seconds, and the server's thread is needed back.  So, unlike ``Stator.run_once``
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._execute import Executor, Task
+from .._execute import Executor, Task, stack_of
 from .._policy import Write, release
 from .._stator import Stator, _run_async_inline
 from .._store import TrackedModel
@@ -117,7 +115,7 @@ def _run_bounded(executor: Executor, task: Task, ends: float, report: RequestRep
     if thread.is_alive() and task.abandon():
         with _abandoned_lock:
             _abandoned.add(thread)
-        task.write = executor.timed_out(task, _stack_of(thread))
+        task.write = executor.timed_out(task, stack_of(thread))
         report.timeouts += 1
 
 
@@ -131,11 +129,3 @@ def _handler_thread(executor: Executor, task: Task) -> None:
         pass
     finally:
         executor.store.thread_done()  # this thread's connection goes with it
-
-
-def _stack_of(thread: threading.Thread) -> str:
-    frame = sys._current_frames().get(thread.ident) if thread.ident else None
-    if frame is None:
-        return ""
-    return ("Stack of the handler's thread at its deadline (most recent call last):\n"
-            + "".join(traceback.format_stack(frame)))
