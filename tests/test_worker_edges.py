@@ -335,3 +335,29 @@ def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
         assert "disk is full" in str(exc)
     else:
         raise AssertionError("the worker waited on the writer until --run-for")
+
+
+# -- start-up: work waiting when a worker starts is claimed first ------------------------------
+
+
+def test_a_starting_worker_claims_before_its_first_heartbeat(backend, build_models, make_stator):
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    with Session(stator.engine) as session:
+        session.add(models.Order(id=1))
+        session.commit()
+    worker = stator.worker(until_idle=True, idle_window=0.2)
+    steps: list[str] = []
+
+    def recorded(name: str) -> Any:
+        step = getattr(worker.store, name)
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            steps.append(name)
+            return step(*args, **kwargs)
+        return recording
+
+    for name in ("claim", "heartbeat"):
+        setattr(worker.store, name, recorded(name))
+    assert worker.run().processed == 1
+    assert steps[:2] == ["claim", "heartbeat"]

@@ -138,12 +138,15 @@ class Worker:
 
     def _coordinate(self, began: float) -> None:
         kick, stop, writer = self._signals.kick, self._signals.stop, self._writer
+        first = True
         while True:
             kick.clear()
             self._collect()
             self._tend()
             self._collect_written()
-            self._housekeeper.tick(self._guarded)
+            if not first:  # the first claim goes first: work waiting at start-up starts sooner
+                self._housekeeper.tick(self._guarded)
+            first = False
             if writer.pending and writer.flush_due():
                 writer.flush()
             if stop.is_set():
