@@ -92,13 +92,13 @@ def test_a_view_only_staff_user_gets_no_stator_action(alias: str) -> None:
     assert "stator_move_to" not in listing.content.decode()
     assert "stator_retry_now" not in client.get("/admin/orders/job/").content.decode()
     seen = f'["{order.pk}", "new", null]'
-    client.post("/admin/orders/order/", {
+    assert client.post("/admin/orders/order/", {
         "action": "stator_move_to_charged", "_selected_action": [order.pk],
         "stator_seen": [seen], "post": "yes",
-    })
-    client.post("/admin/orders/job/", {
+    }).status_code == 403
+    assert client.post("/admin/orders/job/", {
         "action": "stator_retry_now", "_selected_action": [job.pk], "index": 0,
-    })
+    }).status_code == 403
     assert Order.objects.get(pk=order.pk).state == "new"
     assert Job.objects.get(pk=job.pk).state_next == later
     assert not LogEntry.objects.exists()

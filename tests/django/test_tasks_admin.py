@@ -74,7 +74,7 @@ def test_run_again_needs_the_add_permission_and_is_logged() -> None:
     post = {"action": "run_again", "_selected_action": [paid.id], "index": 0}
     viewer = _staff("view_statortask")
     assert "run_again" not in viewer.get("/admin/stator/statortask/").content.decode()
-    viewer.post("/admin/stator/statortask/", post)
+    assert viewer.post("/admin/stator/statortask/", post).status_code == 403
     assert StatorTask.objects.count() == 1 and not LogEntry.objects.exists()
     User.objects.all().delete()
     clerk = _staff("view_statortask", "add_statortask")

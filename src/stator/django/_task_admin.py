@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from .._clock import SystemClock
 from .._store import _dashboard
 from ._task_model import StatorTask
-from .admin import admin_actor, store_for
+from .admin import admin_actor, refuse_unpermitted_action, store_for
 
 
 @admin.register(StatorTask)
@@ -73,6 +73,10 @@ class StatorTaskAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        refuse_unpermitted_action(self, request, "run_again")
+        return super().changelist_view(request, extra_context)
 
     def has_run_again_permission(self, request: HttpRequest) -> bool:
         """Running a task again adds a task: Django's add permission on tasks."""
