@@ -33,3 +33,9 @@ def announced_sleep(marker: str, seconds: float) -> str:
     Path(marker).touch()
     time.sleep(seconds)
     return "slept"
+
+
+@task
+def exits(code: int) -> None:
+    """Raises ``SystemExit``: the task's failure, not the worker's end."""
+    raise SystemExit(code)
