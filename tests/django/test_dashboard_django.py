@@ -163,7 +163,8 @@ from stator.dashboard import create_app
 from stator.django._setup import build_stator
 from djtest.orders.models import Order
 Order.objects.create(paid=True, note="x")
-c = TestClient(create_app(build_stator(models=[Order])), raise_server_exceptions=False)
+c = TestClient(create_app(build_stator(models=[Order])), base_url="http://localhost",
+               raise_server_exceptions=False)
 rows = "/models/orders_order/rows"
 result = [c.get(rows + "/" + pk).status_code for pk in ("abc", "2147483648", "9" * 30)]
 result += [c.get(rows, params={"after": after}).status_code
