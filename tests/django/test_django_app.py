@@ -19,8 +19,10 @@ from djtest.orders.models import ERRAND_RELEASE, Errand, Job, Order, OrderStates
 from stator import ManualClock
 from stator.django import _in_request, checks
 from stator.django._ops_models import StatorError
+from stator.django._setup import stator_settings
 from stator.django.models import StatorModel
 from stator.django.testing import assert_path, path_of, run_until_idle
+from stator.errors import ConfigError
 
 TOKEN = "s3cret-token"
 
@@ -160,6 +162,10 @@ def test_run_batch_ends_within_its_budget_and_hands_the_rest_back(
     attempts = sorted(Errand.objects.filter(pk__in=[r.pk for r in rows])
                       .values_list("state_attempts", flat=True))
     assert attempts == [0, 0, 1]  # handed back unstarted: no attempt counted
+    for wrong in ("10s", 0, float("nan"), True):
+        settings.STATOR = {**settings.STATOR, "RUN_BUDGET": wrong}
+        with pytest.raises(ConfigError, match="RUN_BUDGET"):
+            stator_settings()
 
 
 # -- the admin ------------------------------------------------------------------------------

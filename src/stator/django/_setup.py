@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,11 @@ def stator_settings() -> dict[str, Any]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"settings.STATOR[{key!r}] must be a whole number >= 1, "
                               f"not {value!r}")
+    budget = merged.get("RUN_BUDGET")
+    if budget is not None and not (isinstance(budget, int | float) and not isinstance(
+            budget, bool) and 0 < budget < math.inf):
+        raise ConfigError(f"settings.STATOR['RUN_BUDGET'] must be seconds > 0 (the in-request "
+                          f"runner's limit), not {budget!r}")
     return merged
 
 

@@ -43,7 +43,7 @@ def run_batch(request: HttpRequest, budget: float | None = None) -> HttpResponse
     ):
         return HttpResponse(status=403)
     conf = stator_settings()
-    seconds = float(budget if budget is not None else conf.get("RUN_BUDGET", DEFAULT_BUDGET))
+    seconds = float(budget if budget is not None else conf.get("RUN_BUDGET") or DEFAULT_BUDGET)
     refusal = too_many_abandoned()
     if refusal is not None:
         return JsonResponse({"error": refusal}, status=503, headers={"Retry-After": "60"})
