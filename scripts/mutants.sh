@@ -57,6 +57,7 @@ one-statement-failures|src/stator/_store/_store.py|all(w.failure is None and w.e
 one-statement-extra|src/stator/_store/_store.py|all(w.failure is None and w.extra is None for w in writes)|all(w.failure is None for w in writes)|tests/test_write_hooks.py::test_extra_is_written_with_the_batched_transition
 claim-joined-durable|src/stator/_store/_django.py|                sql = tracked.sql["claim_joined"]|                pass|tests/django/test_django_app.py::test_a_claim_inside_a_django_transaction_leaves_its_commit_durable
 django-sqlite-rows|src/stator/_store/_django.py|        return raw if isinstance(raw, sqlite3.Connection) else None|        return None|tests/django/test_django_app.py::test_sqlite_write_backs_run_row_by_row_on_djangos_connection
+hung-cap|src/stator/_worker/_handlers.py|        if self.hung > self._options.hung_cap:|        if False:|tests/worker/test_handlers.py::test_no_more_than_max_hung_hung_threads_are_replaced
 handler-settle|src/stator/_worker/_handlers.py|                    self._executor.scopes.settle()|                    pass|tests/worker/test_handlers.py::test_a_handler_thread_settles_its_scope_before_it_waits
 scope-kept-statement|src/stator/_store/_django.py|        self._ran = True|        pass|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks
 scope-kept-callback|src/stator/_store/_django.py|self._ran or conn.run_on_commit or|self._ran or|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks

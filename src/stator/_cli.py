@@ -45,6 +45,10 @@ err = Console(stderr=True, markup=False)
 out = Console(markup=False, soft_wrap=True)  # a line piped to a file is not cut at 80
 log = logging.getLogger("stator")
 
+# A worker stopped because too many handlers hung (``TOO_MANY_HUNG``): the process must be
+# restarted to get their threads and connections back.  EX_TEMPFAIL: "try again".
+EXIT_HUNG = 75
+
 
 class Seconds(click.FloatRange):
     """A number of seconds within a range, and finite: click's own range lets ``nan`` and
@@ -60,9 +64,13 @@ class Seconds(click.FloatRange):
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
+    _error_line(message)
+    sys.exit(code)
+
+
+def _error_line(message: str) -> None:
     err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False,
               soft_wrap=True)
-    sys.exit(code)
 
 
 @contextmanager
@@ -212,11 +220,14 @@ def migrate(app: str, db: str | None) -> None:
                    "dashboard extra).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address the metrics port listens on (0.0.0.0: every interface).")
+@click.option("--max-hung", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Handler threads hung past their deadline that are replaced (default: the "
+                   f"concurrency); one more and the worker drains and exits {EXIT_HUNG}.")
 def run(
     app: str, db: str | None, concurrency: int | None, batch_size: int | None,
     until_idle: bool, idle_window: float, run_for: float | None, models: tuple[str, ...],
     exclude: tuple[str, ...], liveness_file: Path | None, listen_url: str | None,
-    log_level: str, metrics_port: int | None, metrics_host: str,
+    log_level: str, metrics_port: int | None, metrics_host: str, max_hung: int | None,
 ) -> None:
     """Run a worker.  Ctrl-C or SIGTERM once: finish running handlers, hand back the rest,
     exit 0.  A second Ctrl-C or SIGTERM: exit 130 at once (leases expire; nothing is lost)."""
@@ -233,7 +244,7 @@ def run(
             return stator.worker(
                 concurrency=concurrency, until_idle=until_idle, idle_window=idle_window,
                 run_for=run_for, models=_split(models), exclude=_split(exclude),
-                liveness_file=liveness_file,
+                liveness_file=liveness_file, max_hung=max_hung,
             )
 
         # A worker that runs until stopped waits for a database that is down at start (a
@@ -274,7 +285,24 @@ def serve(stator: Stator, worker: Worker, with_signals: bool = True) -> RunSumma
         worker.id, summary.reason, summary.processed, summary.transitions, summary.seconds,
         extra={"action": "worker_stop"},
     )
+    exit_if_hung(worker, summary)
     return summary
+
+
+def exit_if_hung(worker: Worker, summary: RunSummary) -> None:
+    """A run stopped by too many hung handlers ends its process with ``EXIT_HUNG`` and one
+    line saying why, so that a supervisor (systemd, Kubernetes, the launcher) restarts it."""
+    if not summary.needs_restart:
+        return
+    message = (f"stopped: more than {worker.options.hung_cap} handler threads hung past their "
+               f"deadlines (--max-hung), {summary.hung} still running; exit {EXIT_HUNG} so that "
+               "the process is restarted (only a new one frees their threads and connections)")
+    if threading.current_thread() is not threading.main_thread():
+        # runstator --reload serves off the main thread, where sys.exit would end only this
+        # thread and leave the process up without a worker; the worker has drained already.
+        _error_line(message)
+        os._exit(EXIT_HUNG)
+    fail(message, EXIT_HUNG)
 
 
 def _force_exit(message: str) -> NoReturn:
@@ -620,6 +648,7 @@ def launcher_scheduler(
     log.info("scheduler %s stopped (%s): %d rows processed, %d transitions in %.1fs",
              worker.id, summary.reason, summary.processed, summary.transitions,
              summary.seconds, extra={"action": "scheduler_stop"})
+    exit_if_hung(worker, summary)
 
 
 def _scheduler_url() -> URL:

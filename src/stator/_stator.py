@@ -199,13 +199,17 @@ class Stator:
         liveness_file: str | Path | None = None,
         max_tasks: int | None = None,
         worker_id: str | None = None,
+        max_hung: int | None = None,
     ) -> Worker:
         """A worker for this database; call ``.run()`` on it (``.stop()`` from elsewhere).
 
         ``max_tasks``: stop gracefully once this many rows have been claimed for their
         handlers (a supervisor then starts a fresh process).  ``worker_id``: the worker's
         name in the heartbeat table, errors and task results (unique per worker, at most
-        64 characters); by default the process id and a random part."""
+        64 characters); by default the process id and a random part.  ``max_hung`` (default:
+        the concurrency): how many handler threads hung past their deadline it replaces; one
+        more and it stops with ``RunSummary.needs_restart`` set, since only a new process
+        gets those threads and their connections back."""
         if run_for is not None and not 0 < run_for < math.inf:
             raise ConfigError(f"run_for must be a number of seconds > 0 (got {run_for}; leave it "
                               "out to run until stopped)")
@@ -218,12 +222,15 @@ class Stator:
             until_idle=until_idle, idle_window=idle_window, run_for=run_for,
             liveness_file=Path(liveness_file) if liveness_file else None,
             listen_url=self.listen_url, max_tasks=max_tasks, worker_id=worker_id,
+            max_hung=max_hung,
         )
         check_concurrency(options.concurrency)
         if max_tasks is not None and max_tasks < 1:
             raise ConfigError("max_tasks must be at least 1")
         if worker_id is not None and not 0 < len(worker_id) <= 64:
             raise ConfigError("worker_id must be 1 to 64 characters")
+        if max_hung is not None and not 0 <= max_hung <= MAX_CONCURRENCY:
+            raise ConfigError(f"max_hung must be 0 to {MAX_CONCURRENCY} (got {max_hung})")
         if self.listen_url is not None:
             try:
                 make_url(self.listen_url)

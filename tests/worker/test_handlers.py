@@ -73,14 +73,18 @@ class RaisesAsync(StateGraph):
 class Pool:
     """A started pool with what the coordinator would hold beside it."""
 
-    def __init__(self, stator: Stator, concurrency: int, with_loop: bool = False) -> None:
+    def __init__(
+        self, stator: Stator, concurrency: int, with_loop: bool = False,
+        max_hung: int | None = None,
+    ) -> None:
         self.stator = stator
         self.board = Board()
         self.signals = Signals()
         self.executor = Executor(stator.store, stator.clock, "test-pool")
         self.pool = HandlerPool(
             self.executor, stator.clock, self.board, self.signals,
-            WorkerOptions(concurrency=concurrency), stator.store.thread_done, with_loop,
+            WorkerOptions(concurrency=concurrency, max_hung=max_hung), stator.store.thread_done,
+            with_loop,
         )
 
     def hand_out(self, count: int) -> list[Task]:
@@ -108,8 +112,10 @@ class Pool:
 
 
 @contextmanager
-def started_pool(stator: Stator, concurrency: int, with_loop: bool = False) -> Iterator[Pool]:
-    pool = Pool(stator, concurrency, with_loop)
+def started_pool(
+    stator: Stator, concurrency: int, with_loop: bool = False, max_hung: int | None = None,
+) -> Iterator[Pool]:
+    pool = Pool(stator, concurrency, with_loop, max_hung)
     pool.pool.start()
     try:
         yield pool
@@ -153,6 +159,36 @@ def test_a_handler_past_its_deadline_is_abandoned_and_its_thread_replaced(
 
         wait_for(abandoned, "the abandoned thread to end", lambda: p.board.wait(1.0))
     assert p.board.outstanding() == 0
+
+
+def test_no_more_than_max_hung_hung_threads_are_replaced(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    """A hung thread keeps running (and keeps its connection) whatever the pool does, so the
+    pool replaces at most ``max_hung`` of them: one more and it replaces nothing and says
+    ``too_many_hung``.  Handler threads stay within concurrency + max_hung."""
+    models, stator = hanging(backend, build_models, make_stator)
+    insert(stator, models.Order, 1, 2, 3, note="hang")
+    before = set(threading.enumerate())
+    with started_pool(stator, concurrency=1, max_hung=1) as p:
+        for hung in (1, 2):
+            started.clear()
+            p.hand_out(1)
+            assert started.wait(PATIENCE)
+            (task,) = p.take(1)
+            assert task.abandoned and p.pool.hung == hung
+        assert p.pool.replaced == 1  # the first one only
+        assert p.pool.too_many_hung
+        handlers = [t for t in set(threading.enumerate()) - before
+                    if t.name.startswith("stator-handler-")]
+        assert len(handlers) == 2  # concurrency 1 + max_hung 1, both hung
+        started.clear()
+        p.hand_out(1)
+        assert not started.wait(0.05) and p.pool.queued == 1  # no thread left to start it
+        release.set()
+        for thread in handlers:
+            thread.join(PATIENCE)
+        assert p.pool.hung == 0  # their handlers returned: their threads ended
 
 
 def test_a_handler_thread_that_dies_is_replaced(

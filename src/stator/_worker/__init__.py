@@ -16,7 +16,7 @@ that reads it (``stator._worker._wakeups.LISTEN_WAIT``, say), not this package.
 from ._coordinator import COORDINATOR, MAX_SLEEP, Worker
 from ._handlers import DEATH_WINDOW
 from ._housekeeping import HEARTBEAT_EVERY, KEEP_HISTORY, STATS_EVERY
-from ._state import ModelCounters, RunSummary, WorkerOptions
+from ._state import TOO_MANY_HUNG, ModelCounters, RunSummary, WorkerOptions
 from ._wakeups import (
     LISTEN_WAIT,
     LISTENER_JOIN,
@@ -39,6 +39,7 @@ __all__ = [
     "PROBE_TIMEOUT",
     "SQLITE_POLL",
     "STATS_EVERY",
+    "TOO_MANY_HUNG",
     "WRITER",
     "ModelCounters",
     "RunSummary",

@@ -8,6 +8,7 @@ results to write, housekeeping, or a wake-up (LISTEN/NOTIFY on PostgreSQL, a
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -29,9 +30,11 @@ from .._store import Store, TrackedModel
 from ._calls import Calls
 from ._handlers import HandlerPool
 from ._housekeeping import HEARTBEAT_EVERY, Housekeeper
-from ._state import RunSummary, Signals, Tally, WorkerOptions
+from ._state import TOO_MANY_HUNG, RunSummary, Signals, Tally, WorkerOptions
 from ._wakeups import Listener
 from ._writer import FLUSH_DELAY, Writer
+
+log = logging.getLogger("stator.worker")
 
 MAX_SLEEP = 30.0
 # Rows due that a claim passed by (locked by another session) are looked at again after this
@@ -131,7 +134,7 @@ class Worker:
             self.board.report(COORDINATOR, ThreadState.STOPPED)  # wakes whoever waits on us
         return RunSummary(
             self._tally.totals, time.monotonic() - began, self._stop_reason,
-            self._handlers.replaced,
+            self._handlers.replaced, self._handlers.hung,
         )
 
     # -- the coordinator loop --------------------------------------------------------------
@@ -332,9 +335,17 @@ class Worker:
                 self._writer.add(task.tracked.name, write)
 
     def _tend(self) -> None:
-        """Enforce handlers' deadlines (their results are collected at once)."""
+        """Enforce handlers' deadlines (their results are collected at once); too many hung
+        handlers stop the worker (see ``HandlerPool``)."""
         self._handlers.tend()
         self._collect()
+        if self._handlers.too_many_hung and not self._signals.stop.is_set():
+            log.error(
+                "%d handler threads hung past their deadlines (max_hung %d): claiming nothing "
+                "more, finishing what runs, then stopping so that the process is restarted",
+                self._handlers.hung, self.options.hung_cap, extra={"action": "too_many_hung"},
+            )
+            self.stop(TOO_MANY_HUNG)
 
     def _collect_written(self) -> None:
         if self._writer.collect_written():

@@ -2,6 +2,13 @@
 on a thread of its own (async handlers), deadlines, and the replacement of threads that hang
 past a deadline or die.
 
+A thread hung past its deadline cannot be stopped from outside (Python has no way to, and a
+Django connection can only be closed by its own thread), so it is abandoned and keeps its
+thread and connection until its handler returns.  At most ``max_hung`` such threads are
+replaced; one more and the pool replaces nothing and says ``too_many_hung``, so the worker
+drains and its process exits to be restarted: handler threads stay within concurrency +
+``max_hung`` whatever handlers do.
+
 The coordinator hands claimed rows in with ``dispatch`` and takes results out with
 ``finished``; everything else here runs on the handler threads and the event loop, except
 ``tend`` (deadlines, replacements), which the coordinator calls.
@@ -50,6 +57,9 @@ class HandlerPool:
         # coordinator alone (deque append and popleft are atomic).
         self._finished: deque[Task] = deque()
         self._threads: dict[str, threading.Thread] = {}  # coordinator thread
+        # Coordinator thread: threads abandoned past a deadline whose handler still runs.
+        self._hung: dict[str, threading.Thread] = {}
+        self.too_many_hung = False  # coordinator thread: more hung than max_hung, not replaced
         self._thread_seq = 0  # coordinator thread
         self._replaced = 0  # coordinator thread
         # Coordinator thread: when handler threads died (the last minute), and when to
@@ -75,6 +85,12 @@ class HandlerPool:
     def replaced(self) -> int:
         """Handler threads replaced so far (hung past a deadline, or dead)."""
         return self._replaced
+
+    @property
+    def hung(self) -> int:
+        """Abandoned handler threads whose handler still runs (each keeps its connection)."""
+        self._hung = {name: t for name, t in self._hung.items() if t.is_alive()}
+        return len(self._hung)
 
     def start(self) -> None:
         for _ in range(self._options.concurrency):
@@ -160,11 +176,9 @@ class HandlerPool:
                 )
                 stack = stack_of(self._threads.get(task.thread))
                 task.write = self._executor.timed_out(task, stack)
-                self._threads.pop(task.thread, None)  # it exits by itself if it ever returns
                 self._finished.append(task)
                 self._board.take_back()
-                self._replaced += 1
-                self._spawn_thread()
+                self._replace_hung(task.thread)
         for name, thread in list(self._threads.items()):
             if not thread.is_alive() and self._board.state_of(name) == ThreadState.DIED:
                 self._board.forget(name)
@@ -184,6 +198,20 @@ class HandlerPool:
             if not self._signals.stop.is_set():
                 self._replaced += 1
                 self._spawn_thread()
+
+    def _replace_hung(self, name: str) -> None:
+        """Set an abandoned thread aside (it ends by itself if its handler ever returns) and
+        start another in its place, unless that would keep more than ``max_hung`` hung."""
+        thread = self._threads.pop(name, None)
+        if thread is not None:
+            self._hung[name] = thread
+        if self._signals.stop.is_set():
+            return  # stopping: nothing more will start, no thread is needed in its place
+        if self.hung > self._options.hung_cap:
+            self.too_many_hung = True
+            return
+        self._replaced += 1
+        self._spawn_thread()
 
     def _spawn_thread(self) -> None:
         self._thread_seq += 1

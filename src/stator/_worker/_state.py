@@ -22,6 +22,18 @@ class WorkerOptions:
     listen_url: str | None = None  # a direct connection for LISTEN (behind a pooler)
     max_tasks: int | None = None  # stop after this many handler runs (memory hygiene)
     worker_id: str | None = None  # the worker's name; default: pid and a random part
+    max_hung: int | None = None  # hung handler threads kept before exiting (None: concurrency)
+
+    @property
+    def hung_cap(self) -> int:
+        """How many handler threads hung past their deadline are replaced; one more and the
+        worker drains and stops (``TOO_MANY_HUNG``)."""
+        return self.concurrency if self.max_hung is None else self.max_hung
+
+
+# The reason a run ends with when more handler threads hang than ``max_hung``: its process
+# should exit and be restarted, the only way to get those threads and their connections back.
+TOO_MANY_HUNG = "too many hung handlers"
 
 
 @dataclass
@@ -46,6 +58,13 @@ class RunSummary:
     seconds: float = 0.0
     reason: str = ""
     threads_replaced: int = 0
+    hung: int = 0  # handler threads still hung past their deadline when the run ended
+
+    @property
+    def needs_restart(self) -> bool:
+        """True when the run stopped because too many handlers hung: only a new process
+        gets their threads and connections back."""
+        return self.reason == TOO_MANY_HUNG
 
     @property
     def processed(self) -> int:

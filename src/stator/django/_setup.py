@@ -14,7 +14,10 @@ from .._stator import Stator
 from .._store._django import DjangoStore
 from ..errors import ConfigError
 
-DEFAULTS: dict[str, Any] = {"CONCURRENCY": 4, "BATCH_SIZE": 100, "DATABASE": "default"}
+DEFAULTS: dict[str, Any] = {
+    "CONCURRENCY": 4, "BATCH_SIZE": 100, "DATABASE": "default",
+    "MAX_HUNG": None,  # hung handler threads a worker replaces (None: its concurrency)
+}
 
 
 def stator_settings() -> dict[str, Any]:
@@ -33,7 +36,16 @@ def stator_settings() -> dict[str, Any]:
             budget, bool) and 0 < budget < math.inf):
         raise ConfigError(f"settings.STATOR['RUN_BUDGET'] must be seconds > 0 (the in-request "
                           f"runner's limit), not {budget!r}")
+    hung = merged["MAX_HUNG"]
+    if hung is not None and (not isinstance(hung, int) or isinstance(hung, bool) or hung < 0):
+        raise ConfigError(f"settings.STATOR['MAX_HUNG'] must be a whole number >= 0 (or None "
+                          f"for the concurrency), not {hung!r}")
     return merged
+
+
+def max_hung(given: int | None) -> int | None:
+    """``runstator --max-hung``, else ``STATOR['MAX_HUNG']`` (None: the concurrency)."""
+    return given if given is not None else stator_settings()["MAX_HUNG"]
 
 
 def stator_models() -> list[type]:

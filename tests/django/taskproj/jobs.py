@@ -39,3 +39,12 @@ def announced_sleep(marker: str, seconds: float) -> str:
 def exits(code: int) -> None:
     """Raises ``SystemExit``: the task's failure, not the worker's end."""
     raise SystemExit(code)
+
+
+@task
+def hang_until(release: str) -> str:
+    """Hangs (far past the tasks' timeout) until the file ``release`` exists, or a minute."""
+    deadline = time.monotonic() + 60
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"

@@ -60,6 +60,10 @@ class Command(BaseCommand):
                             help="This worker's name (unique; default: pid and a random part).")
         parser.add_argument("--reload", action="store_true",
                             help="Restart when code changes (development, as runserver).")
+        parser.add_argument("--max-hung", type=int, default=None, metavar="N",
+                            help="Handler threads hung past their deadline that are replaced "
+                                 "(default: STATOR['MAX_HUNG'], else the concurrency); one "
+                                 "more and the worker drains and exits 75.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from stator._cli import _setup_logging, fail
@@ -68,6 +72,8 @@ class Command(BaseCommand):
         for name in ("concurrency", "batch_size", "max_tasks"):
             if options[name] is not None and options[name] < 1:
                 fail(f"--{name.replace('_', '-')} must be at least 1")
+        if options["max_hung"] is not None and options["max_hung"] < 0:
+            fail("--max-hung must be at least 0")
         if options["run_for"] is not None and options["run_for"] <= 0:
             fail("--run-for must be > 0 seconds (leave it out to run until stopped)")
         worker_id = options["worker_id"]
@@ -99,7 +105,9 @@ class Command(BaseCommand):
                 until_idle=options["until_idle"], idle_window=options["idle_window"],
                 run_for=options["run_for"], liveness_file=options["liveness_file"],
                 max_tasks=options["max_tasks"], worker_id=options["worker_id"],
+                max_hung=_setup.max_hung(options["max_hung"]),
             )
+        close_idle_connection(_setup.stator_settings()["DATABASE"])
         with django_log_lines(options["verbosity"]):
             if with_signals:
                 serve(stator, worker)
@@ -168,6 +176,16 @@ def task_backend(alias: str) -> str:
         raise ConfigError(f"--backend {alias!r} is not a Stator task backend in settings.TASKS "
                           f"(configured: {', '.join(ours) or 'none'})")
     return alias
+
+
+def close_idle_connection(alias: str) -> None:
+    """The main thread only waits for signals while the worker runs: the connection its
+    checks opened would otherwise be one more than CONCURRENCY + 3 for the whole run."""
+    from django.db import connections
+
+    conn = connections[alias]
+    if not conn.in_atomic_block:  # a caller's transaction (call_command in a test) stays
+        conn.close()
 
 
 def check_or_fail() -> None:
