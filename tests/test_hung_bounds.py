@@ -92,10 +92,13 @@ def test_a_worker_with_too_many_hung_handlers_stops_within_its_thread_bound(
     assert count(stator, models.Order, models.Order.state == "done") == 0  # too late
 
 
-def test_max_hung_below_zero_is_refused(backend: str, build_models: Any, make_stator: Any) -> None:
+@pytest.mark.parametrize("value", [-1, 257])
+def test_max_hung_out_of_range_is_refused(
+    backend: str, build_models: Any, make_stator: Any, value: int
+) -> None:
     stator = make_stator(backend, [build_models(Hangs).Order], SystemClock())
-    with pytest.raises(ConfigError, match="max_hung must be at least 0"):
-        stator.worker(max_hung=-1)
+    with pytest.raises(ConfigError, match="max_hung must be 0 to 256"):
+        stator.worker(max_hung=value)
 
 
 APP_SOURCE = '''

@@ -220,7 +220,8 @@ def migrate(app: str, db: str | None) -> None:
                    "dashboard extra).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address the metrics port listens on (0.0.0.0: every interface).")
-@click.option("--max-hung", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--max-hung", type=click.IntRange(min=0, max=MAX_CONCURRENCY), default=None,
+              metavar="N",
               help="Handler threads hung past their deadline that are replaced (default: the "
                    f"concurrency); one more and the worker drains and exits {EXIT_HUNG}.")
 def run(

@@ -10,7 +10,7 @@ from django.apps import apps
 from django.conf import settings
 
 from .._clock import Clock
-from .._stator import Stator
+from .._stator import MAX_CONCURRENCY, Stator
 from .._store._django import DjangoStore
 from ..errors import ConfigError
 
@@ -37,9 +37,10 @@ def stator_settings() -> dict[str, Any]:
         raise ConfigError(f"settings.STATOR['RUN_BUDGET'] must be seconds > 0 (the in-request "
                           f"runner's limit), not {budget!r}")
     hung = merged["MAX_HUNG"]
-    if hung is not None and (not isinstance(hung, int) or isinstance(hung, bool) or hung < 0):
-        raise ConfigError(f"settings.STATOR['MAX_HUNG'] must be a whole number >= 0 (or None "
-                          f"for the concurrency), not {hung!r}")
+    if hung is not None and (not isinstance(hung, int) or isinstance(hung, bool)
+                             or not 0 <= hung <= MAX_CONCURRENCY):
+        raise ConfigError(f"settings.STATOR['MAX_HUNG'] must be a whole number from 0 to "
+                          f"{MAX_CONCURRENCY} (or None for the concurrency), not {hung!r}")
     return merged
 
 

@@ -67,13 +67,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from stator._cli import _setup_logging, fail
+        from stator._stator import MAX_CONCURRENCY
 
         _setup_logging(LEVELS.get(options["verbosity"], "INFO"))
         for name in ("concurrency", "batch_size", "max_tasks"):
             if options[name] is not None and options[name] < 1:
                 fail(f"--{name.replace('_', '-')} must be at least 1")
-        if options["max_hung"] is not None and options["max_hung"] < 0:
-            fail("--max-hung must be at least 0")
+        if options["max_hung"] is not None and not 0 <= options["max_hung"] <= MAX_CONCURRENCY:
+            fail(f"--max-hung must be 0 to {MAX_CONCURRENCY}")
         if options["run_for"] is not None and options["run_for"] <= 0:
             fail("--run-for must be > 0 seconds (leave it out to run until stopped)")
         worker_id = options["worker_id"]
