@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, make_url, select
 from sqlalchemy.orm import Session
 
 from stator import State, StateGraph, SystemClock
 from stator._cli import EXIT_HUNG, main
+from stator._launcher._children import URL_VARIABLE, url_parts
 from stator._worker import TOO_MANY_HUNG, RunSummary
 from stator.errors import ConfigError
 
@@ -136,10 +137,16 @@ stator = Stator({url!r}, models=[Job])
 '''
 
 
+@pytest.mark.parametrize(("command", "cap"), [
+    (["run", "--concurrency", "2", "--max-hung", "1", "--log-level", "ERROR"], 1),
+    (["launcher-scheduler", "--concurrency", "2", "--log-level", "ERROR"], 2),  # the default
+])
 def test_stator_run_exits_75_with_one_line_once_too_many_handlers_hang(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], command: list[str], cap: int,
 ) -> None:
+    """``stator run``, and a launcher's scheduler (whose launcher counts 75 as a crash and
+    starts it again)."""
     monkeypatch.syspath_prepend(str(tmp_path))
     name = f"hung_app_{next(_apps)}"
     (tmp_path / f"{name}.py").write_text(APP_SOURCE.format(url=backend))
@@ -154,14 +161,16 @@ def test_stator_run_exits_75_with_one_line_once_too_many_handlers_hang(
     before = set(threading.enumerate())
     try:
         with pytest.raises(SystemExit) as ran:
-            main(["run", app, "--concurrency", "2", "--max-hung", "1", "--log-level", "ERROR"])
+            if command[0] == "launcher-scheduler":  # the launcher hands the URL over so
+                monkeypatch.setenv(URL_VARIABLE, url_parts(make_url(backend)))
+            main([command[0], app, *command[1:]])
         assert ran.value.code == EXIT_HUNG
-        assert len(handler_threads(before)) <= 2 + 1
+        assert len(handler_threads(before)) <= 2 + cap
     finally:
         sys.modules[name].RELEASE.set()
         stator.dispose()
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1
-    assert "more than 1 handler threads hung" in lines[0] and "exit 75" in lines[0]
+    assert f"more than {cap} handler threads hung" in lines[0] and "exit 75" in lines[0]
     for thread in handler_threads(before):
         thread.join(PATIENCE)
