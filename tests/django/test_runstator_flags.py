@@ -236,14 +236,16 @@ def test_max_tasks_exits_0_after_that_many(monkeypatch: pytest.MonkeyPatch) -> N
 
 @pytest.mark.django_db(transaction=True)
 def test_worker_id_names_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stator.django.models import StatorWorker
+    """The name its failures are recorded under (and its heartbeat row's)."""
+    from stator.django.models import StatorError
 
-    seen: list[str] = []
-    monkeypatch.setattr(NoteStates.states["draft"], "handler", lambda note: seen.append(
-        StatorWorker.objects.get().id) or NoteStates.sent)
+    def check_draft(note: Any) -> Any:
+        raise RuntimeError("recorded under the worker's name")
+
+    monkeypatch.setattr(NoteStates.states["draft"], "handler", check_draft)
     Note.objects.create()
     runstator("orders.Note", "--worker-id", "box-7", "--until-idle")
-    assert seen == ["box-7"]
+    assert list(StatorError.objects.values_list("worker_id", flat=True)) == ["box-7"]
 
 
 @pytest.mark.django_db(transaction=True)
