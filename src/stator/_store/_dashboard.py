@@ -33,6 +33,7 @@ from sqlalchemy import (
     Connection,
     String,
     and_,
+    cast,
     delete,
     false,
     func,
@@ -43,6 +44,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 
 from .. import _wake
 from .._policy import first_due
@@ -50,7 +52,7 @@ from ..errors import TransitionConflict, TransitionError
 from . import _schema
 from ._dialects import BEGIN_OPTION
 from ._tracked import TrackedModel
-from ._unreadable import readable_time
+from ._unreadable import first_line, is_unreadable, is_unwritable, readable_row, readable_time
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -325,8 +327,7 @@ def list_rows(
             where.append(pk > parse_pk(store, t, last))
         query = query.order_by(pk)
     query = query.where(*where).limit(limit + 1)
-    with store.engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(query)]
+    rows = _read_rows(store, t, query, raw_next)
     more = len(rows) > limit
     rows = rows[:limit]
     cursor = None
@@ -340,6 +341,28 @@ def list_rows(
     for r in rows:
         del r[CURSOR_NEXT]
     return RowPage(rows, cursor, by_index)
+
+
+def _read_rows(store: Store, t: TrackedModel, query: Any, raw_next: Any) -> list[dict[str, Any]]:
+    """The rows ``query`` selects; if one holds a value that cannot be read (``_unreadable``),
+    each row is read on its own, such values shown as the database's text: one row with a
+    garbage time must not take the whole page (and the way to fix it) down with it."""
+    with store.engine.connect() as conn:
+        try:
+            return [dict(r._mapping) for r in conn.execute(query)]
+        except Exception as exc:
+            if not is_unreadable(exc):
+                raise
+    as_text = raw_next if store.dialect.name == "sqlite" else cast(raw_next, String)
+    pk = t.table.c[t.pk]
+    with store.engine.connect() as conn:
+        keys = conn.execute(query.with_only_columns(pk, as_text.label(CURSOR_NEXT))).all()
+        rows = []
+        for key, when in keys:
+            row = readable_row(conn, t, key)
+            if row is not None:
+                rows.append({**row, CURSOR_NEXT: when})
+    return rows
 
 
 def _cursor(after: str, size: int) -> list[Any]:
@@ -415,10 +438,18 @@ def parse_time(raw: object) -> datetime:
 
 
 def get_row(store: Store, t: TrackedModel, pk: Any) -> dict[str, Any] | None:
+    """Row ``pk``, a value that cannot be read shown as the database's text."""
     table = t.table
     with store.engine.connect() as conn:
-        row = conn.execute(select(table).where(table.c[t.pk] == pk)).first()
-    return None if row is None else dict(row._mapping)
+        try:
+            row = conn.execute(select(table).where(table.c[t.pk] == pk)).first()
+        except Exception as exc:
+            if not is_unreadable(exc):
+                raise
+        else:
+            return None if row is None else dict(row._mapping)
+    with store.engine.connect() as conn:
+        return readable_row(conn, t, pk)
 
 
 def row_errors(store: Store, t: TrackedModel, pk: Any, limit: int = 20) -> list[dict[str, Any]]:
@@ -522,15 +553,22 @@ def move_row(
         values["state_history"] = text(append).bindparams(
             stator_to=target.name, stator_iso=now.isoformat()
         )
-    with _writing(store) as conn:
-        done = conn.execute(
-            update(t.table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
-            .values(**values)
-        ).rowcount
-        if done != 1:
-            raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
-        _log(conn, now, actor, "move", t.name, pk, f"{seen_state} -> {to}", 1)
-        _notify(store, conn, t)
+    try:
+        with _writing(store) as conn:
+            done = conn.execute(
+                update(t.table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
+                .values(**values)
+            ).rowcount
+            if done != 1:
+                raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
+            _log(conn, now, actor, "move", t.name, pk, f"{seen_state} -> {to}", 1)
+            _notify(store, conn, t)
+    except DBAPIError as exc:
+        if not is_unwritable(exc):
+            raise
+        raise TransitionError(
+            f"the database refuses {t.name} {pk!r}'s move ({first_line(exc)}): fix the row's "
+            "values (its state_history, say) first") from None
     _wake.wake(store.wake_key)
 
 
@@ -605,7 +643,12 @@ def _fence(
     # SQLite keeps times as text, spelt differently by different writers, so the instants
     # are compared here; this transaction holds SQLite's write lock (BEGIN IMMEDIATE), so
     # nothing can change the row between this read and the update.
-    found = conn.execute(select(table.c.state_next).where(this)).scalar()
+    try:
+        found = conn.execute(select(table.c.state_next).where(this)).scalar()
+    except Exception as exc:  # garbage written since it was shown: not what was seen
+        if not is_unreadable(exc):
+            raise
+        return [false()]
     if found != seen_next:
         return [false()]
     return [this, table.c.state == seen_state]

@@ -22,12 +22,15 @@ set aside the same way, its columns untouched, so its batch-mates' results are n
 their handlers run again after their lease).
 
 Readers of the earliest due time (the worker's sleep, ``stator status``) skip a value they
-cannot read instead of failing (``readable_time``).
+cannot read instead of failing (``readable_time``), and the pages that show rows (the
+dashboard's list and row pages) show such a value as the text the database holds
+(``readable_row``), so the row can be seen, and moved or retried, where it is set aside.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -146,7 +149,7 @@ def _unreadable(
         for c in columns
     ) if columns else ""
     message = (
-        f"Stator cannot read this row{what} ({_first_line(failure)}); set aside until "
+        f"Stator cannot read this row{what} ({first_line(failure)}); set aside until "
         f"{until:%Y-%m-%d %H:%M:%S} UTC: fix the value, then retry the row"
     )
     return Unreadable(
@@ -171,6 +174,16 @@ def _bad_columns(conn: Connection, tracked: TrackedModel, key: Any) -> list[str]
     return bad
 
 
+def readable_row(conn: Connection, tracked: TrackedModel, key: Any) -> dict[str, Any] | None:
+    """Row ``key`` for a page that shows it: each column as its type reads it, and one that
+    cannot be read (see ``_bad_columns``) as the text the database holds; None if no row."""
+    table = tracked.table
+    bad = set(_bad_columns(conn, tracked, key)) - {"state_attempts"}  # read as it is
+    columns = [cast(c, String).label(c.name) if c.name in bad else c for c in table.c]
+    row = conn.execute(select(*columns).where(table.c[tracked.pk] == key)).first()
+    return None if row is None else dict(row._mapping)
+
+
 STATOR_TEXT = ("state_changed", "state_next", "state_attempts")
 
 
@@ -185,7 +198,7 @@ def _raw_values(conn: Connection, tracked: TrackedModel, key: Any) -> dict[str, 
     return dict(zip(STATOR_TEXT, row, strict=True))
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     return f"{type(orig).__name__}: {lines[0][:300]}" if lines else type(orig).__name__
@@ -193,9 +206,14 @@ def _first_line(exc: BaseException) -> str:
 
 def is_unwritable(exc: BaseException) -> bool:
     """The database refused a write for a value it met (a data exception), not for a lost
-    connection or a conflict: PostgreSQL's SQLSTATE class 22."""
-    code = getattr(exc.orig, "sqlstate", None) if isinstance(exc, DBAPIError) else None
-    return isinstance(code, str) and code.startswith("22")
+    connection or a conflict: PostgreSQL's SQLSTATE class 22, SQLite's JSON functions
+    meeting text that is not JSON (a ``state_history`` the append cannot extend)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    code = getattr(exc.orig, "sqlstate", None)
+    if isinstance(code, str):
+        return code.startswith("22")
+    return isinstance(exc.orig, sqlite3.OperationalError) and "malformed JSON" in str(exc.orig)
 
 
 def write_row_by_row(
@@ -227,7 +245,7 @@ def _set_aside_refused(
     what = ("its deletion" if write.delete else
             f"its move to {write.state}" if write.moved else "its next try")
     message = (
-        f"Stator cannot write this row's result ({what}): {_first_line(exc)}; set aside until "
+        f"Stator cannot write this row's result ({what}): {first_line(exc)}; set aside until "
         f"{until:%Y-%m-%d %H:%M:%S} UTC: fix the row's values (its state_history, say), then "
         "retry the row"
     )

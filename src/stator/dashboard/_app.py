@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -262,7 +263,7 @@ def create_app(
             raise HTTPException(404, "no such action")
         return d.page(request, "confirm.html", model=t.name, pk=row[t.pk], row=row,
                       action=action, to=to,
-                      seen_next=row["state_next"].isoformat() if row["state_next"] else "")
+                      seen_next=_seen_next(row["state_next"]))
 
     async def act_row(request: Request) -> Response:
         form = await d.refuse_unless_allowed(request)
@@ -398,6 +399,14 @@ def _done(request: Request) -> str | None:
         return None
     n = request.query_params.get("n", "")
     return f"{int(n)} {text}" if n.isdecimal() and len(n) < 10 else text
+
+
+def _seen_next(value: object) -> str:
+    """A row's ``state_next`` as the confirm form carries it back: a time, empty for none,
+    and the database's text for one that cannot be read (the action is then refused)."""
+    if value is None:
+        return ""
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def _action(request: Request) -> str:
