@@ -97,22 +97,27 @@ def test_run_batch_answers_and_runs(client: Any, settings: Any) -> None:
                        ).status_code == 404
 
 
-@pytest.mark.django_db(transaction=True)
-def test_run_batch_records_exit_and_interrupt_and_runs_their_batch_mates(client: Any) -> None:
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_run_batch_records_exit_and_interrupt_and_runs_their_batch_mates(
+    client: Any, settings: Any, alias: str
+) -> None:
     """SystemExit and KeyboardInterrupt from a handler are that row's failure: recorded, an
     attempt counted; the other rows run, and the next request is no 500 either."""
-    exits = Errand.objects.create(kind="exit")
-    interrupts = Errand.objects.create(kind="interrupt")
-    fine = Errand.objects.create()
+    settings.STATOR = {**settings.STATOR, "DATABASE": alias}
+    errands = Errand.objects.using(alias)
+    exits = errands.create(kind="exit")
+    interrupts = errands.create(kind="interrupt")
+    fine = errands.create()
     done = client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"})
     assert done.status_code == 200
     body = json.loads(done.content)
     assert (body["claimed"], body["errors"], body["transitions"]) == (3, 2, 1)
-    assert Errand.objects.get(pk=fine.pk).state == "done"
+    assert errands.get(pk=fine.pk).state == "done"
     for row, kind in ((exits, "SystemExit"), (interrupts, "KeyboardInterrupt")):
-        again = Errand.objects.get(pk=row.pk)
+        again = errands.get(pk=row.pk)
         assert (again.state, again.state_attempts) == ("pending", 1)
-        assert kind in StatorError.objects.get(row_pk=str(row.pk)).message
+        assert kind in StatorError.objects.using(alias).get(row_pk=str(row.pk)).message
     assert client.post("/stator/run/", headers={"Authorization": f"Bearer {TOKEN}"}
                        ).status_code == 200
 
@@ -126,20 +131,23 @@ def hanging() -> Iterator[None]:
         thread.join(10)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
 def test_run_batch_enforces_a_handlers_timeout_and_bounds_abandoned_threads(
-    client: Any, hanging: None, monkeypatch: pytest.MonkeyPatch
+    client: Any, hanging: None, monkeypatch: pytest.MonkeyPatch, settings: Any, alias: str
 ) -> None:
     monkeypatch.setattr(_in_request, "MAX_ABANDONED", 1)
-    hung = Errand.objects.create(kind="hang")  # its state's timeout is 0.5 s
-    fine = Errand.objects.create()
+    settings.STATOR = {**settings.STATOR, "DATABASE": alias}
+    errands = Errand.objects.using(alias)
+    hung = errands.create(kind="hang")  # its state's timeout is 0.5 s
+    fine = errands.create()
     auth = {"Authorization": f"Bearer {TOKEN}"}
     body = json.loads(client.post("/stator/run/", headers=auth).content)
     assert (body["timeouts"], body["errors"], body["transitions"]) == (1, 1, 0)
-    assert Errand.objects.get(pk=hung.pk).state_attempts == 1
+    assert errands.get(pk=hung.pk).state_attempts == 1
     # The batch's lease (2 x 0.5 s) no longer holds a whole timeout: handed back unstarted.
-    assert Errand.objects.get(pk=fine.pk).state_attempts == 0
-    error = StatorError.objects.get(row_pk=str(hung.pk))
+    assert errands.get(pk=fine.pk).state_attempts == 0
+    error = StatorError.objects.using(alias).get(row_pk=str(hung.pk))
     assert error.kind == "timeout" and "ERRAND_RELEASE.wait" in error.traceback
     refused = client.post("/stator/run/", headers=auth)  # the abandoned thread still runs
     assert refused.status_code == 503 and "abandoned" in json.loads(refused.content)["error"]
@@ -147,7 +155,7 @@ def test_run_batch_enforces_a_handlers_timeout_and_bounds_abandoned_threads(
     for thread in list(_in_request._abandoned):
         thread.join(10)
     assert json.loads(client.post("/stator/run/", headers=auth).content)["transitions"] == 1
-    assert Errand.objects.get(pk=fine.pk).state == "done"
+    assert errands.get(pk=fine.pk).state == "done"
 
 
 @pytest.mark.django_db(transaction=True)
