@@ -830,23 +830,29 @@ _MIN_TOKEN = 16  # characters (not counting spaces) of a token guarding a non-lo
                    "and --host (e.g. the name a reverse proxy forwards); repeatable.")
 @click.option("--public-metrics", is_flag=True,
               help="Serve /metrics without the token (for a Prometheus without credentials).")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDRESS",
+              help="The address of a reverse proxy whose X-Forwarded-For/-Proto are believed "
+                   "(for wrong-token waits and the action log); repeatable. Without it "
+                   "those headers are ignored.")
 @_control_option
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def dashboard(
     app: str, db: str | None, host: str, port: int, token: str | None,
-    allowed_hosts: tuple[str, ...], public_metrics: bool, control: Path, log_level: str,
+    allowed_hosts: tuple[str, ...], public_metrics: bool, trusted_proxies: tuple[str, ...],
+    control: Path, log_level: str,
 ) -> None:
     """Serve a web dashboard (and /metrics) for APP's models."""
     _setup_logging(log_level)
     serve_dashboard(lambda: load_app(app, db), host, port, token, control, log_level,
-                    allowed_hosts=allowed_hosts, public_metrics=public_metrics)
+                    allowed_hosts=allowed_hosts, public_metrics=public_metrics,
+                    trusted_proxies=trusted_proxies)
 
 
 def serve_dashboard(
     make: Callable[[], Stator], host: str, port: int, token: str | None, control: Path | None,
     log_level: str = "WARNING", *, allowed_hosts: Iterable[str] = (),
-    public_metrics: bool = False,
+    public_metrics: bool = False, trusted_proxies: Iterable[str] = (),
 ) -> None:
     """Check, bind and serve the dashboard (``stator dashboard``, ``manage.py stator
     dashboard``): every mistake is one ``error:`` line, exit 2."""
@@ -864,6 +870,8 @@ def serve_dashboard(
                 "use a long random one, e.g. python -c 'import secrets; "
                 "print(secrets.token_urlsafe())'"
             )
+        for proxy in trusted_proxies:
+            _check_network(proxy, "--trusted-proxy")
         try:
             import uvicorn
 
@@ -879,8 +887,21 @@ def serve_dashboard(
     out.print(f"Stator dashboard on http://{host}:{sock.getsockname()[1]}/ "
               f"({'sign in with the token; actions enabled' if token else 'read-only'})",
               highlight=False)
-    config = uvicorn.Config(web, log_level=log_level.lower(), access_log=False)
+    # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: any local user
+    # could then pick a new address per wrong token (no wait) and the action log's "from".
+    proxies = list(trusted_proxies)
+    config = uvicorn.Config(web, log_level=log_level.lower(), access_log=False,
+                            proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _check_network(value: str, option: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ConfigError(f"{option} {value!r} is not an IP address or network") from None
 
 
 def _is_loopback(host: str) -> bool:

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
 from stator._store import _schema
-from stator.dashboard import create_app
+from stator.dashboard import _guard, create_app
 
 from .flow import Flow
 from .test_http import BASE, TOKEN, add, csrf_of, row_of
@@ -268,6 +268,26 @@ def test_wrong_tokens_make_the_client_wait(setup: Any) -> None:
     assert sign_in(c, token="wrong").status_code == 403
     clock.advance(1)
     assert sign_in(c).status_code == 303
+
+
+def test_a_large_body_is_refused_before_anything_reads_it(setup: Any) -> None:
+    """The sign-in form is open to strangers: a body of a gigabyte must not be buffered
+    (Starlette's own limits still let ~1 GB of form fields through)."""
+    stator, _m = setup
+    c = browser(stator)
+    form = {"content-type": "application/x-www-form-urlencoded", **ORIGIN}
+    big = "token=" + "a" * _guard.MAX_BODY
+    r = c.post("/login", content=big, headers=form)
+    assert r.status_code == 413 and "64 KiB" in r.text
+    assert r.headers["x-frame-options"] == "DENY"
+    # Sent in chunks with no Content-Length, it is counted as it arrives.
+    chunks = iter([b"token=", *[b"a" * 4096] * 20])
+    assert c.post("/login", content=chunks, headers=form).status_code == 413
+    # A body under the limit still works, and the refusals cost no wrong-token wait.
+    assert sign_in(c).status_code == 303
+    csrf = csrf_of(c.get("/models/orders/pause").text)
+    assert c.post("/models/orders/pause", data={"csrf": csrf, "x": "y" * 1000}, headers=ORIGIN,
+                  follow_redirects=False).status_code == 303
 
 
 def test_done_messages_come_from_a_fixed_set(setup: Any) -> None:

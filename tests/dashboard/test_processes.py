@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,8 +195,12 @@ def processes() -> Iterator[Callable[..., subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
 
     def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-        """Output goes to a file (a pipe nobody reads could fill and block the process)."""
-        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        """Output goes to a file (a pipe nobody reads could fill and block the process).
+        The app's folder is added to PYTHONPATH, not put in its place: scripts/mutants.sh
+        points it at a mutated copy of the source, which the child must run too."""
+        inherited = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(cwd), *([inherited] if inherited else [])])}
         with open(cwd / f"process-{len(started)}.log", "w") as log:
             proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=log,
                                     stderr=subprocess.STDOUT, text=True)
@@ -211,6 +216,49 @@ def processes() -> Iterator[Callable[..., subprocess.Popen[str]]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def status_of(url: str, headers: dict[str, str]) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.mark.parametrize("proxy", [None, "127.0.0.1"])
+def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(
+    app: Callable[..., str], tmp_path: Path, processes: Callable[..., Any], proxy: str | None,
+) -> None:
+    """On loopback every local user is 127.0.0.1, from which uvicorn believes
+    X-Forwarded-For by default: a new address per wrong token would then never wait."""
+    port = free_port()
+    args = ["dashboard", app(), "--port", str(port), "--token", "t"]
+    dashboard = processes(stator_cmd(*args, *(["--trusted-proxy", proxy] if proxy else [])),
+                          tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: get(base + "/login") is not None or dashboard.poll() is not None,
+             "the dashboard to answer")
+    assert dashboard.poll() is None, (tmp_path / "process-0.log").read_text()
+    answers = [status_of(base + "/api/overview.json", {
+        "authorization": "Bearer wrong", "x-forwarded-for": f"10.0.0.{n}"}) for n in range(6)]
+    if proxy:
+        assert answers == [401] * 6  # six clients behind the proxy, one wrong token each
+    else:
+        # One client: waits of 1, 2, 4, 8, 16 s between its tries; six in a row cannot all
+        # be looked at.
+        assert answers[0] == 401 and 429 in answers, answers
+
+
+def test_a_trusted_proxy_must_be_an_address(
+    app: Callable[..., str], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(capsys, "dashboard", app(), "--token", "t", "--trusted-proxy", "proxy")
+    assert code == 2
+    assert err == "error: --trusted-proxy 'proxy' is not an IP address or network\n"
 
 
 @pytest.mark.slow

@@ -29,6 +29,9 @@ from . import _auth
 ACCESS = "stator.access"  # the scope key the gate leaves its finding under
 OPEN_PATHS = ("/login", "/logout")
 OPEN_PREFIXES = ("/static/",)
+# The dashboard's forms hold a token, a name, a CSRF value and a state or two: a body past
+# this is refused unread, so no stranger can make the sign-in form buffer a gigabyte.
+MAX_BODY = 64 * 1024
 # The pages load one stylesheet and one script from /static, poll their JSON twin, and post
 # forms to themselves: nothing inline, nothing from elsewhere, never inside a frame.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -114,7 +117,11 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send_with_headers)
             return
-        await self.app(scope, receive, send_with_headers)
+        body = await _small_body(request, receive)
+        if body is None:
+            await _too_large()(scope, receive, send_with_headers)
+            return
+        await self.app(scope, body, send_with_headers)
 
     def refusal(self, request: Request) -> Response | None:
         """The answer for a request that may not reach the app (None: it may, and the
@@ -155,6 +162,41 @@ class Guard:
     def open(self, path: str) -> bool:
         return (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
                 or (self.public_metrics and path == "/metrics"))
+
+
+async def _small_body(request: Request, receive: Receive) -> Receive | None:
+    """The request's body read here, whole, as a ``receive`` for the app; None if it is
+    longer than ``MAX_BODY`` (said by Content-Length, or found while reading a chunked one)."""
+    declared = request.headers.get("content-length", "0")
+    if not declared.isdecimal() or int(declared) > MAX_BODY:
+        return None
+    chunks: list[bytes] = []
+    size, more = 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return receive  # the client left: let the app see it as it would
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+    return replay
+
+
+def _too_large() -> Response:
+    return PlainTextResponse(f"413: a request body may hold at most {MAX_BODY // 1024} KiB "
+                             "here", status_code=413)
 
 
 def too_many_tries(wait: float) -> Response:
