@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,8 +16,8 @@ from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
-from stator._store import _schema
-from stator.dashboard import _guard, create_app
+from stator._store import _dashboard, _schema
+from stator.dashboard import _auth, _guard, create_app
 
 from .flow import Flow
 from .test_http import BASE, TOKEN, add, csrf_of, row_of
@@ -152,13 +153,24 @@ def test_only_known_host_names_are_answered(setup: Any, token: str | None) -> No
         assert r.status_code == 200, host
 
 
-def test_every_answer_carries_the_security_headers(setup: Any) -> None:
+def test_every_answer_carries_the_security_headers(
+    setup: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     stator, _m = setup
     c = browser(stator)
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError(f"lost {stator.url}")
+
+    monkeypatch.setattr(_dashboard, "error_groups", broken)
+    failing = TestClient(c.app, base_url=BASE, raise_server_exceptions=False)
     answers = [c.get("/", follow_redirects=False), c.get("/login"),
                c.get("/static/dashboard.js"), c.get("/", headers={"host": "evil.example"}),
                c.get("/metrics"), c.get("/", headers=BEARER), c.get("/models/nope/graph",
-                                                                     headers=BEARER)]
+                                                                     headers=BEARER),
+               failing.get("/errors", headers=BEARER)]
+    # Starlette's own 500 page (written outside every user middleware) says nothing.
+    assert answers[-1].status_code == 500 and stator.url not in answers[-1].text
     for r in answers:
         h = r.headers
         assert h["x-frame-options"] == "DENY", r.url
@@ -268,6 +280,20 @@ def test_wrong_tokens_make_the_client_wait(setup: Any) -> None:
     assert sign_in(c, token="wrong").status_code == 403
     clock.advance(1)
     assert sign_in(c).status_code == 303
+
+
+def test_wrong_tokens_from_one_ipv6_network_share_their_wait() -> None:
+    """An IPv6 host can hold a whole /64: a new address per try must not start afresh."""
+    backoff, now = _auth.Backoff(), datetime(2026, 1, 1, tzinfo=UTC)
+    backoff.wrong("2001:db8::1", now)
+    assert backoff.wait("2001:db8::ffff:2", now) == 1.0
+    assert backoff.wait("2001:db8:0:1::1", now) == 0.0  # the next /64 is someone else
+    assert backoff.wait("fe80::1%eth0", now) == 0.0
+    backoff.wrong("10.0.0.1", now)
+    assert backoff.wait("10.0.0.2", now) == 0.0  # IPv4: by address
+    assert backoff.wait("::ffff:10.0.0.1", now) == 0.0
+    backoff.right("2001:db8::3")
+    assert backoff.wait("2001:db8::1", now) == 0.0
 
 
 def test_a_large_body_is_refused_before_anything_reads_it(setup: Any) -> None:

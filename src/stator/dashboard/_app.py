@@ -360,11 +360,19 @@ def create_app(
     guard = Middleware(
         _guard.Guard, token=d.token, sessions=d.sessions, backoff=d.backoff,
         now=d.stator.clock.now, allowed_hosts=allowed_hosts, public_metrics=public_metrics)
-    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found},
-                    middleware=[guard])
+    app = _Outermost(routes=routes, exception_handlers={HTTPException: not_found},
+                     middleware=[guard])
     app.add_middleware(ModelInOneSegment)
     app.state.dashboard = d
     return app
+
+
+class _Outermost(Starlette):
+    """Starlette with ``SecurityHeaders`` around everything, even the 500 page its
+    outermost error handler writes (user middleware sits inside that handler)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return _guard.SecurityHeaders(super().build_middleware_stack())
 
 
 def _part(value: object) -> str:

@@ -19,6 +19,7 @@ Pure checks over header values, plus the two small in-memory tables; the web lay
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
 import threading
 from collections import OrderedDict
@@ -94,10 +95,22 @@ class Sessions:
             self._live.pop(session.id, None)
 
 
+def client_key(address: str) -> str:
+    """Whose wrong tokens these are: the address, but for IPv6 its /64 (one host or home
+    usually holds a whole /64, and a new address per try would otherwise never wait)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+    return address
+
+
 class Backoff:
-    """Wrong tokens per client address: after the n-th in a row, that client's next try is
-    refused unanswered for ``_backoff.delay(n, ...)`` seconds (1 s, 2 s, 4 s … 60 s); a right
-    token forgets its wrong ones."""
+    """Wrong tokens per client (``client_key``): after the n-th in a row, that client's next
+    try is refused unanswered for ``_backoff.delay(n, ...)`` seconds (1 s, 2 s, 4 s … 60 s);
+    a right token forgets its wrong ones."""
 
     def __init__(self, first: float = WRONG_TOKEN_FIRST_WAIT, cap: float = WRONG_TOKEN_MAX_WAIT,
                  limit: int = MAX_CLIENTS) -> None:
@@ -108,7 +121,7 @@ class Backoff:
     def wait(self, client: str, now: datetime) -> float:
         """Seconds this client must still wait before its token is looked at (0: none)."""
         with self._lock:
-            found = self._wrong.get(client)
+            found = self._wrong.get(client_key(client))
         if found is None:
             return 0.0
         count, last = found
@@ -116,15 +129,16 @@ class Backoff:
         return max((until - now).total_seconds(), 0.0)
 
     def wrong(self, client: str, now: datetime) -> None:
+        key = client_key(client)
         with self._lock:
-            count = self._wrong.pop(client, (0, now))[0]
-            self._wrong[client] = (count + 1, now)
+            count = self._wrong.pop(key, (0, now))[0]
+            self._wrong[key] = (count + 1, now)
             while len(self._wrong) > self._limit:
                 self._wrong.popitem(last=False)
 
     def right(self, client: str) -> None:
         with self._lock:
-            self._wrong.pop(client, None)
+            self._wrong.pop(client_key(client), None)
 
 
 @dataclass(frozen=True)

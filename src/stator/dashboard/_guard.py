@@ -84,9 +84,29 @@ def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
     return True
 
 
+class SecurityHeaders:
+    """ASGI middleware adding ``HEADERS`` (and no-store on pages) to every answer.  It wraps
+    the whole app, Starlette's own 500 page included (``Guard`` sits inside that)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS,
+                                      *_no_store(scope["path"])]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 class Guard:
-    """ASGI middleware: Host check, then authentication, then the app; security headers on
-    every answer."""
+    """ASGI middleware: Host check, then authentication, then the app."""
 
     def __init__(
         self, app: ASGIApp, *, token: str | None, sessions: _auth.Sessions,
@@ -105,23 +125,16 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *HEADERS,
-                                      *_no_store(scope["path"])]
-            await send(message)
-
         request = Request(scope)
         refusal = self.refusal(request)
         if refusal is not None:
-            await refusal(scope, receive, send_with_headers)
+            await refusal(scope, receive, send)
             return
         body = await _small_body(request, receive)
         if body is None:
-            await _too_large()(scope, receive, send_with_headers)
+            await _too_large()(scope, receive, send)
             return
-        await self.app(scope, body, send_with_headers)
+        await self.app(scope, body, send)
 
     def refusal(self, request: Request) -> Response | None:
         """The answer for a request that may not reach the app (None: it may, and the
