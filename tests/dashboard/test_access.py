@@ -296,6 +296,17 @@ def test_wrong_tokens_from_one_ipv6_network_share_their_wait() -> None:
     assert backoff.wait("2001:db8::1", now) == 0.0
 
 
+def test_an_https_proxy_not_trusted_is_named_in_the_refusal(setup: Any) -> None:
+    """Behind a TLS proxy whose X-Forwarded-Proto is ignored every POST looks cross-site:
+    the refusal says what to do."""
+    stator, _m = setup
+    c = browser(stator)
+    r = c.post("/login", data={"token": TOKEN}, headers={"origin": "https://testserver"})
+    assert r.status_code == 403 and "--trusted-proxy" in r.text
+    r = c.post("/login", data={"token": TOKEN}, headers={"origin": "https://evil.example"})
+    assert r.status_code == 403 and "--trusted-proxy" not in r.text
+
+
 def test_a_large_body_is_refused_before_anything_reads_it(setup: Any) -> None:
     """The sign-in form is open to strangers: a body of a gigabyte must not be buffered
     (Starlette's own limits still let ~1 GB of form fields through)."""

@@ -155,6 +155,9 @@ def test_manage_py_stator_dashboard_refuses_other_interfaces_without_a_token(
     done = manage(env, "stator", "dashboard", "--host", "0.0.0.0", check=False)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "refusing to serve" in done.stderr
+    done = manage(project, "stator", "dashboard", "--trusted-proxy", "nginx", check=False)
+    assert done.returncode == 2
+    assert done.stderr == "error: --trusted-proxy 'nginx' is not an IP address or network\n"
 
 
 KEYS = """

@@ -212,9 +212,10 @@ def create_app(
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         if d.token is None:
             raise HTTPException(403, "this dashboard is read-only (start it with --token)")
-        if not _auth.same_origin(request.headers.get("origin"), request.headers.get("referer"),
-                                 request.url.scheme, request.headers.get("host", "")):
-            raise HTTPException(403, "cross-site request refused")
+        origin, host = request.headers.get("origin"), request.headers.get("host", "")
+        if not _auth.same_origin(origin, request.headers.get("referer"), request.url.scheme,
+                                 host):
+            raise HTTPException(403, _auth.cross_site(origin, request.url.scheme, host))
         after = _guard.local_path(form.get("next"))
         client, now = request.client.host if request.client else "?", d.stator.clock.now()
         wait = d.backoff.wait(client, now)

@@ -159,6 +159,15 @@ def same_origin(origin: str | None, referer: str | None, scheme: str, host: str)
     return False
 
 
+def cross_site(origin: str | None, scheme: str, host: str) -> str:
+    """Why a POST from elsewhere is refused; when only the scheme differs, the likely cause:
+    an HTTPS proxy in front whose X-Forwarded-Proto is not believed."""
+    if origin is not None and scheme == "http" and origin.lower() == f"https://{host}".lower():
+        return ("cross-site request refused: the browser is on https but the dashboard sees "
+                "http (behind a proxy? start the dashboard with --trusted-proxy ADDRESS)")
+    return "cross-site request refused (Origin/Referer is not this dashboard)"
+
+
 def check_post(
     token: str | None, *, session: Session | None, csrf: str | None, bearer: bool,
     origin: str | None, referer: str | None, scheme: str, host: str,
@@ -169,10 +178,10 @@ def check_post(
         return Refusal(403, "this dashboard is read-only (start it with --token to act)")
     if bearer:
         if origin is not None and not same_origin(origin, None, scheme, host):
-            return Refusal(403, "cross-site request refused")
+            return Refusal(403, cross_site(origin, scheme, host))
         return None
     if not same_origin(origin, referer, scheme, host):
-        return Refusal(403, "cross-site request refused (Origin/Referer is not this dashboard)")
+        return Refusal(403, cross_site(origin, scheme, host))
     if session is None:
         return Refusal(403, "sign in with the dashboard's token first")
     if not same(csrf, session.csrf):

@@ -1,7 +1,7 @@
 """``manage.py stator status [--json]``, ``manage.py stator graph [--format mermaid|dot]`` and
 ``manage.py stator dashboard [--host] [--port] [--token] [--allowed-host NAME]
-[--public-metrics]``: the ``stator`` CLI's reports and dashboard, for the project's
-StatorModels."""
+[--public-metrics] [--trusted-proxy ADDRESS]``: the ``stator`` CLI's reports and dashboard,
+for the project's StatorModels."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ class Command(BaseCommand):
                               "--host; repeatable.")
         web.add_argument("--public-metrics", action="store_true",
                          help="Serve /metrics without the token.")
+        web.add_argument("--trusted-proxy", action="append", default=[],
+                         dest="trusted_proxies",
+                         help="A reverse proxy's address whose X-Forwarded-For/-Proto are "
+                              "believed; repeatable (otherwise ignored).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from stator._cli import print_graphs, print_status, serve_dashboard, user_errors
@@ -48,7 +52,8 @@ class Command(BaseCommand):
             serve_dashboard(_setup.build_stator, options["host"], options["port"],
                             options["token"], None,
                             allowed_hosts=options["allowed_hosts"],
-                            public_metrics=options["public_metrics"])
+                            public_metrics=options["public_metrics"],
+                            trusted_proxies=options["trusted_proxies"])
             return
         with user_errors():
             check_or_fail()
