@@ -154,3 +154,28 @@ def test_retry_now_needs_change_permission_and_is_logged(alias: str) -> None:
     [entry] = LogEntry.objects.all()
     assert entry.object_id == str(waiting.pk) and "retry now" in entry.get_change_message()
     assert actions_logged(alias) == [("admin:clerk", "retry", str(waiting.pk))]
+
+
+# A time Python cannot hold, written by raw SQL, a migration or another tool (issue 20, item
+# 7): PostgreSQL's infinity or a year past 9999; on SQLite, a day or an hour that does not
+# exist (Django reads text that is no time at all as None already).
+UNREADABLE_TIMES = {"default": ["2026-02-30 10:00:00", "2026-11-26 24:00:00"],
+                    "pg": ["infinity", "20000-01-01 00:00:00+00"]}
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_a_row_holding_a_time_python_cannot_hold_is_listed_shown_and_offered(
+    alias: str, case: int
+) -> None:
+    client = staff("view_order", "change_order")
+    order, other = Order.objects.create(), Order.objects.create()
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"UPDATE {Order._meta.db_table} SET state_changed = %s WHERE id = %s",
+                       [UNREADABLE_TIMES[alias][case], order.pk])
+    listing = client.get("/admin/orders/order/")
+    assert listing.status_code == 200
+    assert f"/admin/orders/order/{other.pk}/change/" in listing.content.decode()
+    assert client.get(f"/admin/orders/order/{order.pk}/change/").status_code == 200
+    page = client.post("/admin/orders/order/", {
+        "action": "stator_move_to_charged", "_selected_action": [order.pk, other.pk]})
+    assert page.status_code == 200 and "Yes, move them" in page.content.decode()

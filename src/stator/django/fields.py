@@ -22,6 +22,24 @@ class StatorDateTimeField(models.DateTimeField):
     must spell a time the same way.
     """
 
+    def select_format(self, compiler: Any, sql: str, params: Any) -> tuple[str, Any]:
+        """Selected so that a value Python cannot hold reads as the nearest one it can (or,
+        garbage SQLite text, as NULL) rather than failing the whole query: raw SQL, a
+        migration or another tool can write PostgreSQL's ``infinity``, a year past 9999 or
+        ``2026-13-45`` into the column, and one such row must not make every admin page that
+        lists it a 500 (the engine itself sets the row aside, see ``_store._unreadable``)."""
+        sql, params = super().select_format(compiler, sql, params)
+        vendor = compiler.connection.vendor
+        if vendor == "postgresql":
+            low, high = "'0001-01-02'::timestamptz", "'9999-12-30'::timestamptz"
+            return (f"(CASE WHEN {sql} < {low} THEN {low} WHEN {sql} > {high} THEN {high} "
+                    f"ELSE {sql} END)", (*params, *params, *params))
+        if vendor == "sqlite":  # a time SQLite reads, on a day that exists, before 24:00
+            return (f"(CASE WHEN julianday({sql}) IS NOT NULL AND date(julianday(substr("
+                    f"{sql}, 1, 10))) = substr({sql}, 1, 10) AND substr({sql}, 12, 2) < '24' "
+                    f"THEN {sql} END)", (*params, *params, *params, *params, *params))
+        return sql, params
+
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
         if connection.vendor == "sqlite" and isinstance(value, datetime):
             if value.tzinfo is None:  # USE_TZ = False: Django's naive times are taken as UTC
