@@ -382,6 +382,24 @@ def test_the_worker_api_refuses_times_that_are_not_finite(app_dir, tmp_path):
     module.stator.dispose()
 
 
+def test_the_liveness_file_appears_only_once_the_worker_runs(app_dir, tmp_path):
+    """Checked when the worker is made, but created by its first heartbeat: a probe (or a
+    test) that sees the file may signal the worker, which by then handles the signal."""
+    from stator.errors import ConfigError
+
+    app = write_app(app_dir, f"sqlite:///{tmp_path / 'a.db'}")
+    module = __import__(app.split(":")[0])
+    module.stator.migrate()
+    alive = tmp_path / "alive"
+    worker = module.stator.worker(liveness_file=alive, until_idle=True, idle_window=0)
+    assert not alive.exists()
+    worker.run()
+    assert alive.exists()
+    with pytest.raises(ConfigError, match="cannot write the liveness file"):
+        module.stator.worker(liveness_file=tmp_path / "missing" / "alive")
+    module.stator.dispose()
+
+
 def test_concurrency_has_an_upper_bound_said_in_help(app_dir, capsys):
     from stator._stator import MAX_CONCURRENCY
 

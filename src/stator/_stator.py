@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -216,7 +217,7 @@ class Stator:
         if not 0 <= idle_window < math.inf:
             raise ConfigError(f"idle_window must be a number of seconds >= 0 (got {idle_window})")
         if liveness_file is not None:
-            _touch_liveness_file(Path(liveness_file))
+            _check_liveness_file(Path(liveness_file))
         options = WorkerOptions(
             concurrency=concurrency or self.concurrency, batch_size=self.batch_size,
             until_idle=until_idle, idle_window=idle_window, run_for=run_for,
@@ -351,15 +352,19 @@ def check_concurrency(concurrency: int) -> None:
         )
 
 
-def _touch_liveness_file(path: Path) -> None:
-    """Touch the liveness file once before the worker starts, so a path that cannot be
-    written (a missing folder, a read-only one) is one clear error, not a crash later."""
-    try:
-        path.touch()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot write the liveness file {path}: {exc.strerror or exc}"
-        ) from None
+def _check_liveness_file(path: Path) -> None:
+    """Check, before the worker starts, that the liveness file can be written (a missing
+    folder or a read-only one is one clear error, not a crash later), without creating it:
+    the file appearing is the probe's sign that the worker is up, so it must not exist
+    before the worker can take a signal."""
+    target = path if path.exists() else path.parent
+    problem = None
+    if not target.is_dir() and target is path.parent:
+        problem = "No such directory"
+    elif not os.access(target, os.W_OK):
+        problem = "Permission denied or read-only"
+    if problem is not None:
+        raise ConfigError(f"cannot write the liveness file {path}: {problem}")
 
 
 def _refuse_memory(parsed: Any) -> None:

@@ -63,15 +63,6 @@ class Harness:
         return result.task.get_result(result.id)
 
 
-def awaiting_fix(request: pytest.FixtureRequest, gap: int, *, run: bool = True) -> None:
-    """Mark this case as a known gap of issue 21 until its fix lands (strict: it fails the
-    run as soon as the behaviour holds, so the mark cannot outlive the fix)."""
-    reason = f"issue 21, gap {gap}: fix on its way"
-    if not run:  # running it would end the test session itself
-        pytest.xfail(reason)
-    request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 def _settings(backend: str, options: dict[str, object]) -> dict[str, object]:
     return {"default": {"BACKEND": backend, "QUEUES": QUEUES, "OPTIONS": options}}
 
