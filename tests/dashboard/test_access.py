@@ -211,8 +211,18 @@ def test_signing_out_ends_the_session_on_the_server(setup: Any) -> None:
     c = browser(stator)
     sign_in(c)
     cookie = c.cookies["stator_session"]
-    csrf = csrf_of(c.get("/models/orders/pause").text)
-    out = c.get("/logout", follow_redirects=False)
+    page = c.get("/models/orders/pause").text
+    csrf = csrf_of(page)
+    assert 'action="/logout"' in page
+    # Another site cannot sign the operator out: no GET, no POST without the CSRF token
+    # or from another origin.
+    assert c.get("/logout", follow_redirects=False).status_code == 405
+    for headers, data in [({"origin": "http://evil.example"}, {"csrf": csrf}),
+                          (ORIGIN, {}), (ORIGIN, {"csrf": "x" * 64})]:
+        r = c.post("/logout", data=data, headers=headers, follow_redirects=False)
+        assert r.status_code == 403, (headers, data)
+    assert c.get("/api/overview.json").status_code == 200
+    out = c.post("/logout", data={"csrf": csrf}, headers=ORIGIN, follow_redirects=False)
     assert (out.status_code, out.headers["location"]) == (303, "/login")
     # The browser forgets the cookie; someone who copied it still holds it.
     copied = TestClient(c.app, base_url=BASE, cookies={"stator_session": cookie})

@@ -237,10 +237,13 @@ def create_app(
             httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
-    def logout(request: Request) -> Response:
-        """Ends the session here, not only in the browser: its cookie opens nothing after."""
+    async def logout(request: Request) -> Response:
+        """Ends the session here, not only in the browser: its cookie opens nothing after.
+        A POST from the dashboard's own page with the session's CSRF token, so another site
+        cannot sign the operator out (a GET link could, by a top-level navigation)."""
         session = _guard.access(request).session
         if session is not None:
+            await d.refuse_unless_allowed(request)
             d.sessions.end(session)
         response = RedirectResponse("/login" if d.token else "/", status_code=303)
         response.delete_cookie(_auth.SESSION_COOKIE)
@@ -341,7 +344,7 @@ def create_app(
         Route("/errors", errors_page),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["GET"]),
+        Route("/logout", logout, methods=["POST"]),
         Route("/models/{model}/graph", graph_page),
         Route("/api/models/{model}/graph.json", graph_json),
         Route("/models/{model}/rows", rows_page),
