@@ -8,6 +8,7 @@ counted, and every other row keeps moving; ``stator status`` reads past it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -142,3 +143,22 @@ def test_a_row_whose_history_the_database_refuses_costs_that_row_only(
     [error] = stator.status()["errors"]
     assert (error["row_pk"], error["kind"]) == ("3", "unreadable")
     assert "state_history" in error["message"]
+
+
+@pytest.mark.parametrize("history", ["'{}'", "'5'", "'null'"])
+def test_a_history_that_is_json_but_not_a_list_keeps_it_and_gains_the_move(
+    backend, build_models, make_stator, clock, history
+):
+    """As PostgreSQL's ``||`` does, SQLite makes such a history the first element of a list
+    (its json_insert would silently leave the object as it was, the move unrecorded)."""
+    stator = make_stator(backend, [build_models(Steps, history=True).Order], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(text("INSERT INTO orders (id) VALUES (1), (2)"))
+        conn.execute(text(f"UPDATE orders SET state_history = {history} WHERE id = 1"))
+    stator.worker(until_idle=True, idle_window=0).run()
+    assert states(stator) == {1: ("done", 0), 2: ("done", 0)}
+    with stator.engine.connect() as conn:
+        found = conn.execute(text("SELECT state_history FROM orders WHERE id = 1")).scalar()
+    found = json.loads(found) if isinstance(found, str) else found
+    assert found[0] == json.loads(history.strip("'"))
+    assert [entry[0] for entry in found[1:]] == ["done"]

@@ -343,3 +343,23 @@ def state_of(stator: Stator, pk: int) -> str:
     with stator.engine.connect() as conn:
         return str(conn.execute(text("SELECT state FROM orders WHERE id = :pk"),
                                 {"pk": pk}).scalar())
+
+
+def test_a_move_in_a_table_whose_name_ends_in_v_keeps_its_history(
+    backend: str, clock: ManualClock, make_stator: Callable[..., Stator],
+    build_models: Callable[..., Any],
+) -> None:
+    """``nav.state_history`` holds the text ``v.state``: the history's SQL gets its values as
+    arguments, not by replacing text in it (which made this move a 500)."""
+    m = build_models(Flow, table="nav", history=True)
+    stator = make_stator(backend, [m.Order], clock)
+    add(stator, m, [{"id": 1, "note": "ok"}])
+    c = client(stator)
+    confirm = c.get("/models/nav/move/1?to=held")
+    seen_next = re.search(r'name="seen_next" value="([^"]*)"', confirm.text)
+    assert seen_next is not None
+    r = c.post("/models/nav/move/1", headers={"origin": BASE}, follow_redirects=False,
+               data={"csrf": csrf_of(confirm.text), "seen_state": "new", "to": "held",
+                     "seen_next": seen_next.group(1)})
+    assert r.status_code == 303, r.text
+    assert [s for s, _ in row_of(stator, m, 1).state_history] == ["held"]

@@ -548,8 +548,8 @@ def move_row(
         "state_attempts": 0,
     }
     if t.history_type is not None:
-        append = store.dialect.history_append(t.quoted_table, t.history_type)
-        append = append.replace("v.state", ":stator_to").replace("v.changed_iso", ":stator_iso")
+        append = store.dialect.history_append(t.quoted_table, t.history_type, ":stator_to",
+                                              ":stator_iso")
         values["state_history"] = text(append).bindparams(
             stator_to=target.name, stator_iso=now.isoformat()
         )

@@ -45,7 +45,12 @@ class SqlDialect:
     def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"payload": json.dumps(records)}
 
-    def history_append(self, table: str, history_type: str) -> str:
+    def history_append(
+        self, table: str, history_type: str, state: str = "v.state",
+        changed_iso: str = "v.changed_iso",
+    ) -> str:
+        """``table``'s ``state_history`` with ``[state, changed_iso]`` appended (SQL
+        expressions: the batch's columns by default, or placeholders)."""
         raise NotImplementedError
 
     def notify_sql(self) -> str | None:
@@ -79,10 +84,18 @@ class SqliteDialect(SqlDialect):
         picks = ", ".join(f"value->>'{name}' AS {name}" for name, _ in columns)
         return f"(SELECT {picks} FROM json_each(:payload)) AS v"
 
-    def history_append(self, table: str, history_type: str) -> str:
+    def history_append(
+        self, table: str, history_type: str, state: str = "v.state",
+        changed_iso: str = "v.changed_iso",
+    ) -> str:
+        # A history that is JSON but not an array (raw SQL, another tool) becomes the first
+        # element of one, as PostgreSQL's ``||`` does: json_insert's '$[#]' would otherwise
+        # leave it unchanged, dropping the transition from the history without a word.
+        history = f"coalesce({table}.state_history, '[]')"
         return (
-            f"json_insert(coalesce({table}.state_history, '[]'), '$[#]', "
-            "json_array(v.state, v.changed_iso))"
+            f"json_insert(CASE json_type({history}) WHEN 'array' THEN {history} "
+            f"ELSE json_array(json({history})) END, '$[#]', "
+            f"json_array({state}, {changed_iso}))"
         )
 
     def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
@@ -117,10 +130,13 @@ class PostgresDialect(SqlDialect):
             return {}
         return {f"b_{name}": array_literal([r[name] for r in records]) for name in records[0]}
 
-    def history_append(self, table: str, history_type: str) -> str:
+    def history_append(
+        self, table: str, history_type: str, state: str = "v.state",
+        changed_iso: str = "v.changed_iso",
+    ) -> str:
         return (
             f"CAST(coalesce(CAST({table}.state_history AS jsonb), CAST('[]' AS jsonb)) || "
-            "jsonb_build_array(jsonb_build_array(v.state, v.changed_iso)) "
+            f"jsonb_build_array(jsonb_build_array({state}, {changed_iso})) "
             f"AS {history_type})"
         )
 

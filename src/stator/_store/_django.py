@@ -624,9 +624,8 @@ def _move(rows: Any, target: State, sources: Iterable[str], now: datetime) -> in
     }
     if _has_history(model):
         field = model._meta.get_field("state_history")
-        append = dialect.history_append(model._meta.db_table, field.db_type(conn))
-        append = append.replace("v.state", "CAST(%s AS text)")
-        append = append.replace("v.changed_iso", "CAST(%s AS text)")
+        append = dialect.history_append(model._meta.db_table, field.db_type(conn),
+                                        "CAST(%s AS text)", "CAST(%s AS text)")
         values["state_history"] = RawSQL(
             append, (target.name, now.isoformat()), output_field=dj_models.JSONField()
         )

@@ -191,7 +191,7 @@ def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
     if notify is not None:
         sql["write_notify"] = notify
     if d.name == "sqlite":
-        sql["write_row"] = _sqlite_write_row(t)
+        sql["write_row"] = _sqlite_write_row(t, d)
     sql["delete"] = (
         f"DELETE FROM {table} WHERE ({pk}, state, state_next) IN "
         f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
@@ -219,17 +219,15 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _sqlite_write_row(t: TrackedModel) -> str:
+def _sqlite_write_row(t: TrackedModel, d: SqlDialect) -> str:
     """The same fenced write for one row, positional parameters (SQLite: ``Store._write_rows``):
     ?1 state, ?2 changed, ?3 next, ?4 attempts, ?5 pk, ?6 fence state, ?7 fence, ?8 moved,
     ?9 changed (ISO, for the history)."""
     table, pk = t.quoted_table, t.quoted_pk
     history = ""
     if t.history_type is not None:
-        history = (
-            f", state_history = CASE WHEN ?8 THEN json_insert(coalesce({table}.state_history, "
-            f"'[]'), '$[#]', json_array(?1, ?9)) ELSE {table}.state_history END"
-        )
+        append = d.history_append(table, t.history_type, "?1", "?9")
+        history = f", state_history = CASE WHEN ?8 THEN {append} ELSE {table}.state_history END"
     return (
         f"UPDATE {table} SET state = ?1, state_changed = ?2, state_next = ?3, "
         f"state_attempts = ?4{history} WHERE {pk} = ?5 AND state = ?6 AND state_next = ?7"

@@ -79,8 +79,7 @@ def _move(
     if "state_history" in table.c:
         history_type = table.c.state_history.type.compile(bind.dialect)
         quoted = bind.dialect.identifier_preparer.format_table(table)
-        append = dialect.history_append(quoted, history_type)
-        append = append.replace("v.state", ":stator_to").replace("v.changed_iso", ":stator_iso")
+        append = dialect.history_append(quoted, history_type, ":stator_to", ":stator_iso")
         values["state_history"] = text(append).bindparams(
             stator_to=target.name, stator_iso=now.isoformat()
         )
