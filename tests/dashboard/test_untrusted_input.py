@@ -53,6 +53,7 @@ BAD_CURSORS = [
     ("orders", "new", '[5, 1]'),
     ("codes", None, "[1]"),  # a number for a text key
     ("codes", None, '["\\ud800"]'),  # a lone surrogate: no database can hold it
+    ("orders", None, "[" * 5000),  # nested past Python's recursion limit
 ]
 
 

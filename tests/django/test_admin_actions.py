@@ -179,3 +179,20 @@ def test_a_row_holding_a_time_python_cannot_hold_is_listed_shown_and_offered(
     page = client.post("/admin/orders/order/", {
         "action": "stator_move_to_charged", "_selected_action": [order.pk, other.pk]})
     assert page.status_code == 200 and "Yes, move them" in page.content.decode()
+
+
+@pytest.mark.parametrize("seen", [
+    "[" * 5000,  # nested past Python's recursion limit
+    '["{pk}", "new", "9999-12-31T23:59:59-05:00"]',  # beyond the calendar in UTC
+    '["{pk}", "new", "2026-01-01T00:00:00"]',  # a time without its zone
+])
+def test_a_forged_confirmation_leaves_the_row_alone(alias: str, seen: str) -> None:
+    client = staff("view_order", "change_order")
+    order = Order.objects.create()
+    done = client.post("/admin/orders/order/", {
+        "action": "stator_move_to_charged", "_selected_action": [order.pk],
+        "stator_seen": [seen.replace("{pk}", str(order.pk))], "post": "yes",
+    }, follow=True)
+    assert done.status_code == 200
+    assert Order.objects.get(pk=order.pk).state == "new"
+    assert actions_logged(alias) == []

@@ -369,7 +369,7 @@ def _cursor(after: str, size: int) -> list[Any]:
     """The parts of a cursor, each to be checked by its user (``ValueError`` if not one)."""
     try:
         key = json.loads(after)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[…" nested past Python's recursion limit
         raise ValueError("not a cursor") from None
     if not isinstance(key, list) or len(key) != size:
         raise ValueError("not a cursor")

@@ -259,12 +259,10 @@ def _seen_rows(values: Iterable[str]) -> dict[str, tuple[str, datetime | None]]:
     for value in values:
         try:
             pk, state, due = json.loads(value)
-            when = None if due is None else datetime.fromisoformat(due)
-        except (ValueError, TypeError):
+            when = None if due is None else _dashboard.parse_time(due)  # aware, in range
+        except (ValueError, TypeError, RecursionError):
             continue
-        if isinstance(pk, str) and isinstance(state, str) and (
-            when is None or when.tzinfo is not None
-        ):
+        if isinstance(pk, str) and isinstance(state, str):
             seen[pk] = (state, when)
     return seen
 
