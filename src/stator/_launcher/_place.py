@@ -106,6 +106,8 @@ class Place:
             return None
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read {self.state_path}: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"cannot read {self.state_path}: nested too deep") from None
         if not isinstance(data, dict):
             raise ConfigError(f"cannot read {self.state_path}: not a JSON object")
         return data
