@@ -243,6 +243,7 @@ def test_worker_id_names_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("recorded under the worker's name")
 
     monkeypatch.setattr(NoteStates.states["draft"], "handler", check_draft)
+    StatorError.objects.all().delete()  # Stator's own tables outlive Django's flush
     Note.objects.create()
     runstator("orders.Note", "--worker-id", "box-7", "--until-idle")
     assert list(StatorError.objects.values_list("worker_id", flat=True)) == ["box-7"]
