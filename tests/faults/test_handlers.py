@@ -66,8 +66,12 @@ def test_misbehaving_handlers_fail_visibly_and_the_rest_keeps_flowing(chaos: Pro
     kinds.update({i: "ok" for i in range(next_id, next_id + OK_ROWS)})
     bad = sum(BAD_ROWS.values())
 
+    # Room for every hung thread this run makes (20 rows hang, each attempt a thread): here
+    # the workers are to stay up and keep the rest flowing. With the default cap they would
+    # exit 75 to be restarted instead: tests/test_hung_bounds.py covers that.
     workers = [
-        chaos.spawn("--concurrency", str(CONCURRENCY), timeout=TIMEOUT) for _ in range(WORKERS)
+        chaos.spawn("--concurrency", str(CONCURRENCY), "--max-hung", "256", timeout=TIMEOUT)
+        for _ in range(WORKERS)
     ]
     wait_until(
         lambda: chaos.states() == {"done": OK_ROWS + FLAKY_ROWS, "failed": bad},
