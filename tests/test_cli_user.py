@@ -511,7 +511,7 @@ holder=$!
 while ! grep -q ready ready 2>/dev/null; do sleep 0.05; done
 dd if=/dev/zero of=place/fill bs=1k 2>/dev/null || true
 set +e
-$PY -c "import stator._broken as b; b.DISK_FULL_PATIENCE = 0.2
+$PY -c "import stator._incurable as b; b.DISK_FULL_PATIENCE = 0.2
 from stator._cli import main; main()" run "$APP" --until-idle
 echo "rc=$?"
 kill $holder

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from stator import State, StateGraph
-from stator._diagram import format_seconds, state_notes, to_dot, to_mermaid
+from stator._graph_text import format_seconds, state_notes, to_dot, to_mermaid
 
 
 class Ticket(StateGraph):

@@ -13,7 +13,7 @@ import pytest
 
 from stator import State, StateGraph, SystemClock
 from stator._store import NOTIFY_CHANNEL
-from stator._worker import _wakeups
+from stator._worker import _listener
 from test_worker import running, wait_until
 
 
@@ -29,8 +29,8 @@ def test_a_late_probe_notification_ends_polling(
 ) -> None:
     if not backend.startswith("postgresql"):
         pytest.skip("notifications are PostgreSQL's")
-    monkeypatch.setattr(_wakeups, "PROBE_TIMEOUT", 0.3)
-    monkeypatch.setattr(_wakeups, "POLL_WITHOUT_NOTIFY", 0.1)
+    monkeypatch.setattr(_listener, "PROBE_TIMEOUT", 0.3)
+    monkeypatch.setattr(_listener, "POLL_WITHOUT_NOTIFY", 0.1)
     m = build_models(Idle)
     stator = make_stator(backend, [m.Order], SystemClock())
     worker = stator.worker()

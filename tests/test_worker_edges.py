@@ -17,8 +17,8 @@ from sqlalchemy import func, make_url, select, text
 from sqlalchemy.orm import Session
 
 from stator import State, StateGraph, SystemClock
-from stator._broken import DatabaseUnusable
 from stator._failure_log import FailureLog
+from stator._incurable import DatabaseUnusable
 from stator._policy import Failed
 
 
@@ -290,10 +290,10 @@ def test_run_returns_only_once_the_listener_has_ended(backend, build_models, mak
 def test_a_stop_cuts_the_listeners_wait_short(backend, build_models, make_stator, monkeypatch):
     """The listener waits for notifications in long stretches (nothing busy-polls); a stop
     must end that wait, or every ``run`` would end one stretch late (here: two minutes)."""
-    from stator._worker import _wakeups
+    from stator._worker import _listener
 
-    monkeypatch.setattr(_wakeups, "LISTEN_WAIT", 120.0)
-    monkeypatch.setattr(_wakeups, "LISTENER_JOIN", 120.0)
+    monkeypatch.setattr(_listener, "LISTEN_WAIT", 120.0)
+    monkeypatch.setattr(_listener, "LISTENER_JOIN", 120.0)
     models = build_models(Idle)
     stator = make_stator(backend, [models.Order], SystemClock())
     worker = stator.worker(run_for=0.3)
@@ -315,7 +315,7 @@ def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
 
     from sqlalchemy.exc import OperationalError
 
-    from stator import _broken
+    from stator import _incurable
 
     models = build_models(Idle)
     stator = make_stator(backend, [models.Order], SystemClock())
@@ -326,7 +326,7 @@ def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
     def full(*_args: Any, **_kwargs: Any) -> Any:
         raise OperationalError("UPDATE", {}, sqlite3.OperationalError("database or disk is full"))
 
-    monkeypatch.setattr(_broken, "DISK_FULL_PATIENCE", 0.0)
+    monkeypatch.setattr(_incurable, "DISK_FULL_PATIENCE", 0.0)
     monkeypatch.setattr(stator.store, "write_all", full)
     worker = stator.worker(until_idle=True, idle_window=0, run_for=10)
     try:

@@ -33,7 +33,7 @@ from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError
 
 from ._board import ThreadState
-from ._broken import is_disk_full
+from ._incurable import is_disk_full
 from ._outage import Outage, is_transient
 from ._stator import MAX_CONCURRENCY, Stator
 from ._worker import COORDINATOR, RunSummary, Worker
@@ -450,7 +450,7 @@ def graph(app: str, db: str | None, fmt: str) -> None:
 
 
 def print_graphs(stator: Stator, fmt: str) -> None:
-    from ._diagram import to_dot, to_mermaid
+    from ._graph_text import to_dot, to_mermaid
 
     graphs = list(dict.fromkeys(m.state_graph for m in stator.models))  # type: ignore[attr-defined]
     click.echo(to_mermaid(graphs) if fmt == "mermaid" else to_dot(graphs))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from . import _backoff
-from ._broken import is_incurable
+from ._incurable import is_incurable
 
 log = logging.getLogger("stator.worker")
 

@@ -13,7 +13,7 @@ from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
 from stator import ManualClock, Stator
-from stator._drawing import layout, to_svg
+from stator._graph_svg import layout, to_svg
 from stator._store import _dashboard
 from stator.dashboard import _auth
 

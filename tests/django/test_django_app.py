@@ -316,12 +316,12 @@ def test_sqlite_write_backs_run_row_by_row_on_djangos_connection(clock: ManualCl
 def test_application_moves_wake_workers_on_commit(alias: str) -> None:
     from django.db import connections, transaction
 
-    from stator import _wake
+    from stator import _local_wakeups
     from stator._store._django import wake_key
 
     woken: list[int] = []
     key = wake_key(alias)
-    _wake.subscribe(key, lambda: woken.append(1))
+    _local_wakeups.subscribe(key, lambda: woken.append(1))
     try:
         order = Order.objects.using(alias).create()
         with transaction.atomic(using=alias):
@@ -329,7 +329,7 @@ def test_application_moves_wake_workers_on_commit(alias: str) -> None:
             assert woken == []  # not before the commit: the worker would not see the row
         assert woken == [1]
     finally:
-        _wake.unsubscribe(key, woken.append)
+        _local_wakeups.unsubscribe(key, woken.append)
     if connections[alias].vendor == "postgresql":  # other processes: the insert trigger
         with connections[alias].cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s",

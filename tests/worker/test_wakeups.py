@@ -12,9 +12,9 @@ import pytest
 
 from stator import SystemClock
 from stator._store import NOTIFY_CHANNEL
-from stator._worker import _wakeups
+from stator._worker import _listener
+from stator._worker._listener import Listener
 from stator._worker._state import Signals
-from stator._worker._wakeups import Listener
 
 from .parts import PATIENCE, Quick, wait_for
 
@@ -83,9 +83,9 @@ def test_a_notification_wakes_the_worker_postgresql(
 def test_a_stop_ends_the_listener_at_once(
     backend: str, build_models: Any, make_stator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_wakeups, "LISTEN_WAIT", 120.0)  # a stop must not wait these out
-    monkeypatch.setattr(_wakeups, "SQLITE_POLL", 120.0)
-    monkeypatch.setattr(_wakeups, "LISTENER_JOIN", PATIENCE)
+    monkeypatch.setattr(_listener, "LISTEN_WAIT", 120.0)  # a stop must not wait these out
+    monkeypatch.setattr(_listener, "SQLITE_POLL", 120.0)
+    monkeypatch.setattr(_listener, "LISTENER_JOIN", PATIENCE)
     models = build_models(Quick)
     stator = make_stator(backend, [models.Order], SystemClock())
     listener, signals, woken = make_listener(stator)

@@ -46,7 +46,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-from .. import _wake
+from .. import _local_wakeups
 from .._policy import first_due
 from ..errors import TransitionConflict, TransitionError
 from . import _schema
@@ -531,7 +531,7 @@ def retry_now(
             raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
         _log(conn, now, actor, "retry", t.name, pk, f"{seen_state}: due now", 1)
         _notify(store, conn, t)
-    _wake.wake(store.wake_key)
+    _local_wakeups.wake(store.wake_key)
 
 
 def move_row(
@@ -569,7 +569,7 @@ def move_row(
         raise TransitionError(
             f"the database refuses {t.name} {pk!r}'s move ({first_line(exc)}): fix the row's "
             "values (its state_history, say) first") from None
-    _wake.wake(store.wake_key)
+    _local_wakeups.wake(store.wake_key)
 
 
 def retry_failing(store: Store, t: TrackedModel, state: str, now: datetime, actor: str) -> int:
@@ -588,7 +588,7 @@ def retry_failing(store: Store, t: TrackedModel, state: str, now: datetime, acto
              done)
         if done:
             _notify(store, conn, t)
-    _wake.wake(store.wake_key)
+    _local_wakeups.wake(store.wake_key)
     return done
 
 
@@ -608,7 +608,7 @@ def set_paused(store: Store, model: str, paused: bool, now: datetime, actor: str
         tracked = next((t for t in store.tracked if t.name == model), None)
         if not paused and tracked is not None:
             _notify(store, conn, tracked)
-    _wake.wake(store.wake_key)
+    _local_wakeups.wake(store.wake_key)
     return True
 
 

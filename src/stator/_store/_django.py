@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import SingletonThreadPool
 from sqlalchemy.types import UserDefinedType
 
-from .. import _wake
+from .. import _local_wakeups
 from .._clock import Clock, SystemClock
 from .._graph import State, StateGraph
 from .._policy import Claimed, Write, first_due
@@ -75,7 +75,7 @@ def database_url(alias: str) -> URL:
 
 
 def wake_key(alias: str) -> str:
-    return _wake.key_for(database_url(alias))
+    return _local_wakeups.key_for(database_url(alias))
 
 
 # -- Django's connections, lent to SQLAlchemy ----------------------------------------------
@@ -599,7 +599,7 @@ def _wake_workers(alias: str, table: str) -> None:
         with connections[alias].cursor() as cursor:
             cursor.execute(notify.replace(":table", "%s"), [table])
     key = wake_key(alias)
-    transaction.on_commit(lambda: _wake.wake(key), using=alias)
+    transaction.on_commit(lambda: _local_wakeups.wake(key), using=alias)
 
 
 def _graph(model: Any) -> type[StateGraph]:

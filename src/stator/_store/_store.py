@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session, configure_mappers
 from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.schema import CreateTable
 
-from .. import _wake
+from .. import _local_wakeups
 from .._policy import Claimed, Write, first_due
 from .._types import UTCDateTime, to_sqlite_text
 from ..errors import ConfigError, SchemaError
@@ -100,7 +100,7 @@ class Store:
     @property
     def wake_key(self) -> str:
         """The in-process wake-up channel of this database (see ``_wake``)."""
-        return _wake.key_for(self.engine.url)
+        return _local_wakeups.key_for(self.engine.url)
 
     def sqlite_path(self) -> str | None:
         return self.engine.url.database

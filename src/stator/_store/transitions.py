@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from .. import _wake
+from .. import _local_wakeups
 from .._graph import State, StateGraph
 from .._policy import first_due
 from ..errors import ConfigError, TransitionConflict, TransitionError
@@ -106,12 +106,12 @@ def _move(
 def _wake_on_commit(session: Session, table: str, notify: str | None) -> None:
     if notify:
         session.execute(text(notify), {"table": table})
-    key = _wake.key_for(session.get_bind().engine.url)
+    key = _local_wakeups.key_for(session.get_bind().engine.url)
     if not session.info.get("stator_wake"):
         session.info["stator_wake"] = True
 
         def _after_commit(_session: Session) -> None:
             _session.info.pop("stator_wake", None)
-            _wake.wake(key)
+            _local_wakeups.wake(key)
 
         event.listen(session, "after_commit", _after_commit, once=True)

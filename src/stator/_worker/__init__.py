@@ -4,26 +4,26 @@
 - ``_handlers``: the handler executor (handler threads, the event loop for async handlers,
   deadlines, replacing threads that hang or die);
 - ``_writer``: batched, fenced write-back on a writer thread of its own;
-- ``_wakeups``: the wake-up listener (LISTEN/NOTIFY on PostgreSQL, ``data_version`` on SQLite);
+- ``_listener``: the wake-up listener (LISTEN/NOTIFY on PostgreSQL, ``data_version`` on SQLite);
 - ``_housekeeping``: heartbeat, stats periods, the last words of a run;
 - ``_calls``: the thread the coordinator's database steps run on;
 - ``_state``: what the parts share (options, the events every thread watches, the counts).
 
 The constants below are re-exported for reading; a test that changes one patches the module
-that reads it (``stator._worker._wakeups.LISTEN_WAIT``, say), not this package.
+that reads it (``stator._worker._listener.LISTEN_WAIT``, say), not this package.
 """
 
 from ._coordinator import COORDINATOR, MAX_SLEEP, Worker
 from ._handlers import DEATH_WINDOW
 from ._housekeeping import HEARTBEAT_EVERY, KEEP_HISTORY, STATS_EVERY
-from ._state import TOO_MANY_HUNG, ModelCounters, RunSummary, WorkerOptions
-from ._wakeups import (
+from ._listener import (
     LISTEN_WAIT,
     LISTENER_JOIN,
     POLL_WITHOUT_NOTIFY,
     PROBE_TIMEOUT,
     SQLITE_POLL,
 )
+from ._state import TOO_MANY_HUNG, ModelCounters, RunSummary, WorkerOptions
 from ._writer import FLUSH_DELAY, WRITER, WriteBatch
 
 __all__ = [

@@ -19,19 +19,19 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _backoff, _broken, _metrics, _wake
+from .. import _backoff, _incurable, _local_wakeups, _metrics
 from .._board import Board, ThreadState
-from .._broken import Broken, DatabaseUnusable, first_line, is_disk_full, is_incurable
 from .._clock import Clock
 from .._execute import Executor
 from .._failure_log import FailureLog
+from .._incurable import Broken, DatabaseUnusable, first_line, is_disk_full, is_incurable
 from .._outage import Outage, is_transient
 from .._store import Store, TrackedModel
 from ._calls import Calls
 from ._handlers import HandlerPool
 from ._housekeeping import HEARTBEAT_EVERY, Housekeeper
+from ._listener import Listener
 from ._state import TOO_MANY_HUNG, RunSummary, Signals, Tally, WorkerOptions
-from ._wakeups import Listener
 from ._writer import FLUSH_DELAY, Writer
 
 log = logging.getLogger("stator.worker")
@@ -118,12 +118,12 @@ class Worker:
         self._writer.start()
         self._handlers.start()
         wake_key = self.store.wake_key
-        _wake.subscribe(wake_key, self.wake)
+        _local_wakeups.subscribe(wake_key, self.wake)
         self._listener.start()
         try:
             self._coordinate(began)
         finally:
-            _wake.unsubscribe(wake_key, self.wake)
+            _local_wakeups.unsubscribe(wake_key, self.wake)
             if self._db_calls is not None:
                 self._db_calls.close()
             self._signals.stop.set()
@@ -227,8 +227,8 @@ class Worker:
         ``DISK_FULL_PATIENCE`` instead of a wait for ever (a long-running worker waits: space
         may be freed)."""
         if (self.options.until_idle and is_disk_full(exc)
-                and self._outage.lasted() >= _broken.DISK_FULL_PATIENCE):
-            raise _broken.disk_full(exc) from exc
+                and self._outage.lasted() >= _incurable.DISK_FULL_PATIENCE):
+            raise _incurable.disk_full(exc) from exc
 
     def _healthy(self) -> list[TrackedModel]:
         return [t for t in self.tracked if not self._broken.is_broken(t.name)]

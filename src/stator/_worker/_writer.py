@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _broken, _metrics
+from .. import _incurable, _metrics
 from .._board import Board, ThreadState
 from .._outage import Outage, is_transient
 from .._policy import Write
@@ -152,8 +152,8 @@ class Writer:
 
     def _disk_stays_full(self, exc: BaseException, outage: Outage) -> bool:
         """``until_idle``: give up on a disk full for longer than ``DISK_FULL_PATIENCE``."""
-        return (self._options.until_idle and _broken.is_disk_full(exc)
-                and outage.lasted() >= _broken.DISK_FULL_PATIENCE)
+        return (self._options.until_idle and _incurable.is_disk_full(exc)
+                and outage.lasted() >= _incurable.DISK_FULL_PATIENCE)
 
     def _main(self) -> None:
         try:
@@ -179,7 +179,7 @@ class Writer:
                         wait = outage.failed(exc)
                         if self._disk_stays_full(exc, outage):
                             # Not written: the rows run again after their lease.
-                            self.gave_up = _broken.disk_full(exc)
+                            self.gave_up = _incurable.disk_full(exc)
                             lost = {t.name: {w.pk for w in ws} for t, ws in groups}
                             break
                         pause.wait(wait)  # results are kept, not lost

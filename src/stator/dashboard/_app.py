@@ -27,9 +27,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._diagram import to_mermaid
-from .._drawing import edge_key, node_key, to_svg
 from .._graph import role
+from .._graph_svg import edge_key, node_key, to_svg
+from .._graph_text import to_mermaid
 from .._stator import LIVE_AFTER, Stator
 from .._store import TrackedModel, _dashboard
 from ..errors import TransitionConflict, TransitionError

@@ -1,7 +1,7 @@
 """The admin: ``StatorAdmin`` for your StatorModels, and pages for Stator's workers and errors.
 
 ``class OrderAdmin(StatorAdmin, admin.ModelAdmin)`` adds a state column and filter, the graph
-drawn on the change page (inline SVG from :mod:`stator._drawing`, the dashboard's drawing, with
+drawn on the change page (inline SVG from :mod:`stator._graph_svg`, the dashboard's drawing, with
 the row's state marked; no script, no CDN), its text below it to copy (Mermaid by default,
 ``stator_graph_format = "dot"`` for Graphviz), and actions: "Retry now" (rows waiting for a
 retry become due at once) and "Move to <state>" for each state, through the graph's edges
@@ -33,9 +33,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .._clock import SystemClock
-from .._diagram import to_dot, to_mermaid
-from .._drawing import extent, layout, to_svg
 from .._graph import State, StateGraph, role
+from .._graph_svg import extent, layout, to_svg
+from .._graph_text import to_dot, to_mermaid
 from .._store import _dashboard
 from .._store._django import DjangoStore
 from .._store._tracked import TrackedModel

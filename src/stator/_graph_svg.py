@@ -16,8 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from html import escape
 
-from ._diagram import edge_kinds
 from ._graph import State, StateGraph
+from ._graph_text import edge_kinds
 
 NODE_W, NODE_H = 150, 46
 COL_GAP, ROW_GAP = 90, 34
