@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from stator import ManualClock, Stator
 from stator._graph_svg import layout, to_svg
-from stator._store import _dashboard
+from stator._store import _dashboard, _operator_actions
 from stator.dashboard import _auth
 
 from .flow import Flow
@@ -124,7 +124,7 @@ def test_retry_failing_leaves_rows_without_a_failure_alone(
         s.commit()
     stator.run_once(raise_errors=False)
     (tracked,) = stator.store.tracked
-    assert _dashboard.retry_failing(stator.store, tracked, "new", clock.now(), "t") == 1
+    assert _operator_actions.retry_failing(stator.store, tracked, "new", clock.now(), "t") == 1
     clock.advance(timedelta(seconds=1).total_seconds())
     assert stator.run_once(raise_errors=False).claimed == 1
 

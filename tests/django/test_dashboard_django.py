@@ -39,11 +39,11 @@ result = True
 
 PAUSE = """
 from stator.django._setup import build_stator
-from stator._store import _dashboard
+from stator._store import _operator_actions
 from djtest.orders.models import Order
 Order.objects.create(paid=True, note="x")
 s = build_stator(models=[Order])
-result = _dashboard.set_paused(s.store, "orders_order", True, s.clock.now(), "test")
+result = _operator_actions.set_paused(s.store, "orders_order", True, s.clock.now(), "test")
 """
 
 STATES = """

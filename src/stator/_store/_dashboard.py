@@ -1,5 +1,5 @@
-"""What the dashboard, ``/metrics`` and ``stator status`` read, and what the dashboard's
-actions write: the one place that knows how to count rows and how to page through them.
+"""What the dashboard, ``/metrics`` and ``stator status`` read: the one place that knows how
+to count rows and how to page through them (the actions are ``_operator_actions.py``).
 
 Counting stays cheap on big tables.  Below ``EXACT_BELOW`` rows (PostgreSQL's own estimate;
 always on SQLite) the counts are exact, one ``GROUP BY`` per model.  Above it, nothing scans
@@ -11,10 +11,6 @@ log).  Such figures carry ``estimated: True`` and the pages mark them.
 Rows are paged by keyset, never ``OFFSET``: through the claim index on
 ``(state, state_next)`` (plus the primary key as tie-breaker) for a state the engine
 schedules, by primary key otherwise.
-
-Every action is one transaction that also writes ``stator_actions`` (who, when, what) and
-wakes the workers.  Row actions are fenced like the engine's own writes: they apply only if
-the row is still in the state, with the ``state_next``, the operator saw.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,25 +29,16 @@ from sqlalchemy import (
     String,
     and_,
     cast,
-    delete,
-    false,
     func,
-    insert,
     or_,
     select,
     text,
     type_coerce,
-    update,
 )
-from sqlalchemy.exc import DBAPIError
 
-from .. import _local_wakeups
-from .._policy import first_due
-from ..errors import TransitionConflict, TransitionError
 from . import _schema
-from ._dialects import BEGIN_OPTION
 from ._tracked import TrackedModel
-from ._unreadable import first_line, is_unreadable, is_unwritable, readable_row, readable_time
+from ._unreadable import is_unreadable, readable_row, readable_time
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -510,172 +496,11 @@ def paused_info(store: Store) -> dict[str, dict[str, Any]]:
         return {r.model: dict(r._mapping) for r in conn.execute(select(p))}
 
 
-# -- actions -------------------------------------------------------------------------------
-
-
-def retry_now(
-    store: Store, t: TrackedModel, pk: Any, seen_state: str, seen_next: datetime | None,
-    now: datetime, actor: str,
-) -> None:
-    """Make one row due now; ``TransitionConflict`` if it moved since it was shown."""
-    state = t.graph.states.get(seen_state)
-    if state is None or not state.scheduled:
-        raise TransitionError(f"rows in {seen_state} are not run by the engine: nothing to retry")
-    table = t.table
-    with _writing(store) as conn:
-        done = conn.execute(
-            update(table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
-            .values(state_next=now)
-        ).rowcount
-        if done != 1:
-            raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
-        _log(conn, now, actor, "retry", t.name, pk, f"{seen_state}: due now", 1)
-        _notify(store, conn, t)
-    _local_wakeups.wake(store.wake_key)
-
-
-def move_row(
-    store: Store, t: TrackedModel, pk: Any, seen_state: str, seen_next: datetime | None,
-    to: str, now: datetime, actor: str,
-) -> None:
-    """Move one row along an edge of its graph (``TransitionError`` if there is none)."""
-    current = t.graph.states.get(seen_state)
-    target = t.graph.states.get(to)
-    if current is None or target is None or to not in current.children:
-        raise TransitionError(f"{t.graph.__name__}: no transition from {seen_state} to {to}")
-    values: dict[str, Any] = {
-        "state": target.name, "state_changed": now, "state_next": first_due(target, now),
-        "state_attempts": 0,
-    }
-    if t.history_type is not None:
-        append = store.dialect.history_append(t.quoted_table, t.history_type, ":stator_to",
-                                              ":stator_iso")
-        values["state_history"] = text(append).bindparams(
-            stator_to=target.name, stator_iso=now.isoformat()
-        )
-    try:
-        with _writing(store) as conn:
-            done = conn.execute(
-                update(t.table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
-                .values(**values)
-            ).rowcount
-            if done != 1:
-                raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
-            _log(conn, now, actor, "move", t.name, pk, f"{seen_state} -> {to}", 1)
-            _notify(store, conn, t)
-    except DBAPIError as exc:
-        if not is_unwritable(exc):
-            raise
-        raise TransitionError(
-            f"the database refuses {t.name} {pk!r}'s move ({first_line(exc)}): fix the row's "
-            "values (its state_history, say) first") from None
-    _local_wakeups.wake(store.wake_key)
-
-
-def retry_failing(store: Store, t: TrackedModel, state: str, now: datetime, actor: str) -> int:
-    """Make every failing row of ``state`` (waiting out a backoff) due now; how many."""
-    if state not in {s.name for s in t.graph.scheduled_states()}:
-        raise TransitionError(f"rows in {state} are not run by the engine: nothing to retry")
-    table = t.table
-    with _writing(store) as conn:
-        done = int(conn.execute(
-            update(table).where(
-                table.c.state == state, table.c.state_next.is_not(None),
-                table.c.state_next > now, table.c.state_attempts > 0,
-            ).values(state_next=now)
-        ).rowcount)
-        _log(conn, now, actor, "retry_failing", t.name, None, f"{state}: failing rows due now",
-             done)
-        if done:
-            _notify(store, conn, t)
-    _local_wakeups.wake(store.wake_key)
-    return done
-
-
-def set_paused(store: Store, model: str, paused: bool, now: datetime, actor: str) -> bool:
-    """Pause or resume a model; False if it already was so."""
-    p = _schema.paused_table
-    with _writing(store) as conn:
-        exists = conn.execute(select(p.c.model).where(p.c.model == model)).first() is not None
-        if exists == paused:
-            return False
-        if paused:
-            conn.execute(insert(p).values(model=model, paused_at=now, paused_by=actor))
-        else:
-            conn.execute(delete(p).where(p.c.model == model))
-        _log(conn, now, actor, "pause" if paused else "resume", model, None,
-             "claims stopped" if paused else "claims resumed", 0)
-        tracked = next((t for t in store.tracked if t.name == model), None)
-        if not paused and tracked is not None:
-            _notify(store, conn, tracked)
-    _local_wakeups.wake(store.wake_key)
-    return True
-
-
-def record_action(
-    store: Store, now: datetime, actor: str, action: str, model: str, pk: Any, detail: str,
-    affected: int,
-) -> None:
-    """Log an action taken outside these operations (the Django admin's "run again") in
-    ``stator_actions``, in the caller's transaction if it has one (a Django atomic block)."""
-    with _writing(store) as conn:
-        _log(conn, now, actor, action, model, pk, detail, affected)
-
-
 def recent_actions(store: Store, limit: int = 20) -> list[dict[str, Any]]:
     a = _schema.actions_table
     with store.engine.connect() as conn:
         return [dict(r._mapping) for r in
                 conn.execute(select(a).order_by(a.c.id.desc()).limit(limit))]
-
-
-def _fence(
-    conn: Connection, store: Store, t: TrackedModel, pk: Any, seen_state: str,
-    seen_next: datetime | None,
-) -> list[ColumnElement[bool]]:
-    """The engine's fence: the row is still in ``seen_state`` with ``seen_next``."""
-    table = t.table
-    this = table.c[t.pk] == pk
-    if seen_next is None:
-        return [this, table.c.state == seen_state, table.c.state_next.is_(None)]
-    if store.dialect.name != "sqlite":
-        return [this, table.c.state == seen_state, table.c.state_next == seen_next]
-    # SQLite keeps times as text, spelt differently by different writers, so the instants
-    # are compared here; this transaction holds SQLite's write lock (BEGIN IMMEDIATE), so
-    # nothing can change the row between this read and the update.
-    try:
-        found = conn.execute(select(table.c.state_next).where(this)).scalar()
-    except Exception as exc:  # garbage written since it was shown: not what was seen
-        if not is_unreadable(exc):
-            raise
-        return [false()]
-    if found != seen_next:
-        return [false()]
-    return [this, table.c.state == seen_state]
-
-
-@contextmanager
-def _writing(store: Store) -> Iterator[Connection]:
-    """A write transaction (``BEGIN IMMEDIATE`` on SQLite), as the engine's writes."""
-    with store.engine.connect().execution_options(**{BEGIN_OPTION: "immediate"}) as conn, \
-            conn.begin():
-        yield conn
-
-
-def _log(
-    conn: Connection, now: datetime, actor: str, action: str, model: str, pk: Any, detail: str,
-    affected: int,
-) -> None:
-    conn.execute(insert(_schema.actions_table).values(
-        created_at=now, actor=actor[:255], action=action, model=model,
-        row_pk=None if pk is None else str(pk), detail=detail, affected=affected,
-    ))
-
-
-def _notify(store: Store, conn: Connection, t: TrackedModel) -> None:
-    notify = store.dialect.notify_sql()
-    if notify is not None:
-        conn.execute(text(notify), {"table": t.table.name})
 
 
 def edge_rows(

@@ -2,7 +2,8 @@
 
 Server-rendered pages (Jinja2, autoescaping on: row data and error messages are text, never
 markup); a small script refreshes the figures in place from the JSON twins of the overview
-and graph pages.  All database work goes through ``_store._dashboard``.
+and graph pages.  All database work goes through ``_store._dashboard`` (reads) and
+``_store._operator_actions`` (actions).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .._graph import role
 from .._graph_svg import edge_key, node_key, to_svg
 from .._graph_text import to_mermaid
 from .._stator import LIVE_AFTER, Stator
-from .._store import TrackedModel, _dashboard
+from .._store import TrackedModel, _dashboard, _operator_actions
 from ..errors import TransitionConflict, TransitionError
 from . import _auth, _guard
 from ._dbmetrics import DatabaseCollector
@@ -281,12 +282,12 @@ def create_app(
         now, actor = d.stator.clock.now(), d.actor(request)
         try:
             if action == "retry":
-                await run_in_threadpool(_dashboard.retry_now, d.stator.store, t, row[t.pk],
+                await run_in_threadpool(_operator_actions.retry_now, d.stator.store, t, row[t.pk],
                                         seen_state, seen_next, now, actor)
                 done = "due"
             elif action == "move":
                 to = form.get("to", "")
-                await run_in_threadpool(_dashboard.move_row, d.stator.store, t, row[t.pk],
+                await run_in_threadpool(_operator_actions.move_row, d.stator.store, t, row[t.pk],
                                         seen_state, seen_next, to, now, actor)
                 done = "moved"
             else:
@@ -313,7 +314,7 @@ def create_app(
         state = request.path_params["state"]
         if state not in {s.name for s in t.graph.scheduled_states()}:
             raise HTTPException(404, f"{t.graph.__name__} runs no handler in {state!r}")
-        n = await run_in_threadpool(_dashboard.retry_failing, d.stator.store, t, state,
+        n = await run_in_threadpool(_operator_actions.retry_failing, d.stator.store, t, state,
                                     d.stator.clock.now(), d.actor(request))
         query = urlencode({"state": state, "done": "due-all", "n": n})
         return RedirectResponse(f"/models/{_part(t.name)}/rows?{query}", status_code=303)
@@ -328,8 +329,8 @@ def create_app(
         await d.refuse_unless_allowed(request)
         t = d.tracked(request.path_params["model"])
         verb = _verb(request)
-        await run_in_threadpool(_dashboard.set_paused, d.stator.store, t.name, verb == "pause",
-                                d.stator.clock.now(), d.actor(request))
+        await run_in_threadpool(_operator_actions.set_paused, d.stator.store, t.name,
+                                verb == "pause", d.stator.clock.now(), d.actor(request))
         return RedirectResponse("/", status_code=303)
 
     async def not_found(request: Request, exc: Exception) -> Response:

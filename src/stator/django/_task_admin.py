@@ -20,7 +20,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from .._clock import SystemClock
-from .._store import _dashboard
+from .._store import _operator_actions
 from ._task_model import StatorTask
 from .admin import admin_actor, refuse_unpermitted_action, store_for
 
@@ -106,7 +106,7 @@ class StatorTaskAdmin(admin.ModelAdmin):
                 result = task_backends[row.backend].enqueue(
                     task, row.args_kwargs["args"], row.args_kwargs["kwargs"]
                 )
-                _dashboard.record_action(store, SystemClock().now(), actor, "run_again",
+                _operator_actions.record_action(store, SystemClock().now(), actor, "run_again",
                                          t.name, result.id, f"again: {row.pk}", 1)
             copy = StatorTask.objects.using(queryset.db).get(pk=result.id)
             self.log_addition(request, copy, f"Stator: run again of task {row.pk}")

@@ -7,7 +7,7 @@ the row's state marked; no script, no CDN), its text below it to copy (Mermaid b
 retry become due at once) and "Move to <state>" for each state, through the graph's edges
 only (rows in a state with no edge to the target are left alone and counted).
 
-The actions are the dashboard's own row operations (``stator._store._dashboard``), not a
+The actions are the dashboard's own row operations (``stator._store._operator_actions``), not a
 second version of them: each row is one fenced transaction that applies only if the row is
 still in the state, with the due time, the operator saw (a move asks first, on a page that
 shows them and carries them), appends to the history, writes Stator's action log and wakes
@@ -36,7 +36,7 @@ from .._clock import SystemClock
 from .._graph import State, StateGraph, role
 from .._graph_svg import extent, layout, to_svg
 from .._graph_text import to_dot, to_mermaid
-from .._store import _dashboard
+from .._store import _dashboard, _operator_actions
 from .._store._django import DjangoStore
 from .._store._tracked import TrackedModel
 from ..errors import TransitionConflict, TransitionError
@@ -181,7 +181,7 @@ def stator_retry_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet[A
     done = changed = 0
     for row in queryset.filter(state__in=automatic, state_next__isnull=False):
         try:
-            _dashboard.retry_now(store, t, row.pk, row.state, row.state_next, now, actor)
+            _operator_actions.retry_now(store, t, row.pk, row.state, row.state_next, now, actor)
         except TransitionConflict:
             changed += 1
             continue
@@ -207,8 +207,8 @@ def _mover(target: State) -> Callable[[Any, HttpRequest, QuerySet[Any]], HttpRes
                 continue
             seen_state, seen_next = seen[str(row.pk)]
             try:
-                _dashboard.move_row(store, t, row.pk, seen_state, seen_next, target.name, now,
-                                    actor)
+                _operator_actions.move_row(store, t, row.pk, seen_state, seen_next, target.name,
+                                           now, actor)
             except TransitionConflict:
                 changed += 1
                 continue

@@ -86,7 +86,7 @@ class StatorQuerySet(models.QuerySet):
     def transition_perform(self, to: State | str, *, clock: Clock | None = None) -> int:
         """Move every row of this queryset that is in a state with an edge to ``to``, in one
         conditional UPDATE; returns how many moved.  Workers are woken on commit."""
-        from .._store._django import perform_many
+        from .._store._django_moves import perform_many
 
         return perform_many(self, to, clock)
 
@@ -111,7 +111,7 @@ class StatorModel(models.Model, metaclass=StatorModelBase):
         cls, queryset: Any, to: State | str, *, clock: Clock | None = None
     ) -> int:
         """Takahē's spelling of ``queryset.transition_perform(to)``."""
-        from .._store._django import perform_many
+        from .._store._django_moves import perform_many
 
         return perform_many(queryset, to, clock)
 
@@ -134,7 +134,7 @@ class StatorModel(models.Model, metaclass=StatorModelBase):
         instance shows: if someone (a worker, say) moved it meanwhile, ``TransitionConflict``
         is raised and nothing changes.  Workers are woken when the transaction commits.
         """
-        from .._store._django import perform
+        from .._store._django_moves import perform
 
         perform(self, to, clock)
 
