@@ -15,16 +15,14 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from sqlalchemy import Engine, event
-from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
+from typing import Any
 
 from . import _policy
 from ._clock import Clock
 from ._outage import is_transient
 from ._policy import Claimed, Failed, Moved, Outcome, Stayed, Write
-from ._store import BEGIN_OPTION, Store, TrackedModel
+from ._store import TrackedModel
+from ._store.interface import Driver, HandlerScope, HandlerScopes
 from .errors import TryAgainLater
 
 BUSY_RETRY = 1.0  # seconds before retrying a row whose commit met a busy/lost database
@@ -65,51 +63,10 @@ class Task:
             return True
 
 
-class HandlerScope(Protocol):
-    """Where a handler's own database changes go, so they commit with its transition.
-
-    One implementation per integration: an ORM session (SQLAlchemy) or a transaction on the
-    thread's connection (Django).  ``wrote`` decides between the slow path (commit the
-    handler's changes with the fenced write, here) and the fast path (batch the write).
-    """
-
-    def wrote(self) -> bool: ...
-
-    def commit_with(
-        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
-    ) -> bool:
-        """Apply the fenced write in the handler's transaction and commit both; True (and
-        everything rolled back) when the fence no longer held.  ``worker_id`` names the
-        writer in the failure it records."""
-        ...
-
-    def rollback(self) -> None: ...
-
-    def release(self) -> None: ...
-
-
-class HandlerScopes(Protocol):
-    def for_thread(self, task: Task) -> HandlerScope:
-        """Opened in the handler's thread just before a sync handler runs."""
-        ...
-
-    def for_async(self, task: Task) -> HandlerScope: ...
-
-    def keep_between_tasks(self) -> None:
-        """This thread runs sync handlers one after another and calls ``settle`` before it
-        waits for more or ends: a scope its last handler left untouched (no statement, no
-        callback) may stay open for the next one, which spares opening and closing it."""
-        ...
-
-    def settle(self) -> None:
-        """Close the scope this thread kept open, if any."""
-        ...
-
-
 class Executor:
     """Knows how to run a task's handler and produce its write."""
 
-    def __init__(self, store: Store, clock: Clock, worker_id: str = "inline") -> None:
+    def __init__(self, store: Driver, clock: Clock, worker_id: str = "inline") -> None:
         self.store = store
         self.clock = clock
         self.worker_id = worker_id  # named in the failures its writes record
@@ -272,10 +229,6 @@ def _extra(task: Task, outcome: Outcome) -> tuple[Outcome, Any]:
     ), None
 
 
-def _has_changes(session: Session) -> bool:
-    return bool(session.new or session.dirty or session.deleted or session.info.get("stator_wrote"))
-
-
 def _failure(kind: _policy.FailureKind, exc: BaseException, message: str = "") -> Failed:
     message = message or f"{type(exc).__name__}: {exc}"
     return Failed(kind, message, "".join(traceback.format_exception(exc)))
@@ -292,106 +245,3 @@ def _returned_from(handler: Any) -> str:
         "The handler returned normally, with a value the graph does not accept:\n"
         f'  File "{code.co_filename}", line {code.co_firstlineno}, in {func.__qualname__}\n'
     )
-
-
-class SessionScopes:
-    """SQLAlchemy: the handler's row is bound to a session; its changes are the session's."""
-
-    def __init__(self, store: Store) -> None:
-        engine: Engine = store.engine
-        sqlite = store.dialect.name == "sqlite"
-        bind = engine.execution_options(**{BEGIN_OPTION: "lazy"}) if sqlite else engine
-        self.sessions = sessionmaker(bind=bind, expire_on_commit=False)
-        self.sessions.configure(info={"stator_sqlite": sqlite})
-        event.listen(self.sessions, "before_flush", _note_flush)
-        event.listen(self.sessions, "do_orm_execute", _note_statement)
-        event.listen(self.sessions, "after_begin", _note_begin)
-        self._local = threading.local()
-
-    def for_async(self, task: Task) -> HandlerScope:
-        session = self.sessions()
-        session.add(task.obj)
-        return SessionScope(session)
-
-    def keep_between_tasks(self) -> None:
-        """Nothing to keep: the thread's session already outlives its rows."""
-
-    def settle(self) -> None:
-        pass
-
-    def for_thread(self, task: Task) -> HandlerScope:
-        """The calling thread's session, re-used row after row (a fresh Session per row cost
-        a third of the engine's per-row CPU).  A thread runs one handler at a time, so the
-        session only ever holds the current row's changes; it is emptied after each row."""
-        session: Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = self.sessions()
-            session.info["stator_shared"] = True
-        session.add(task.obj)
-        return SessionScope(session)
-
-
-class SessionScope:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def wrote(self) -> bool:
-        return _has_changes(self.session)
-
-    def commit_with(
-        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
-    ) -> bool:
-        session = self.session
-        session.flush()
-        lost = store.write(tracked, [write], conn=session.connection(), worker_id=worker_id)
-        if lost:
-            session.rollback()
-            return True
-        session.commit()
-        return False
-
-    def rollback(self) -> None:
-        self.session.rollback()
-
-    def release(self) -> None:
-        _release(self.session)
-
-
-def _release(session: Session) -> None:
-    if not session.info.get("stator_shared"):
-        session.close()
-        return
-    touched_db = session.info.pop("stator_db", False)
-    session.info.pop("stator_wrote", None)
-    if touched_db:
-        session.rollback()  # ends a read transaction so the next row sees fresh data
-    session.expunge_all()
-
-
-def _note_begin(session: Session, _transaction: Any, _connection: Any) -> None:
-    session.info["stator_db"] = True
-
-
-def _note_flush(session: Session, _context: Any, _instances: Any) -> None:
-    _note_write(session)
-
-
-def _note_statement(state: ORMExecuteState) -> None:
-    if state.is_insert or state.is_update or state.is_delete:
-        _note_write(state.session)
-
-
-def _note_write(session: Session) -> None:
-    """Remember that the handler wrote, so its transaction is committed with the transition.
-
-    On SQLite handler sessions read without a transaction (no snapshot to go stale); the
-    write lock is taken here, at the first write, and held until the commit.
-    """
-    if session.info.get("stator_wrote"):
-        return
-    session.info["stator_wrote"] = True
-    if session.info.get("stator_sqlite"):
-        conn = session.connection()
-        raw = conn.connection.dbapi_connection
-        if raw is not None and not raw.in_transaction:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -21,6 +21,7 @@ from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
 from ._store import Store, TrackedModel
+from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
@@ -76,11 +77,11 @@ class Stator:
         self.batch_size = batch_size
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
         self.engine = db if isinstance(db, Engine) else _create_engine(db, concurrency)
-        self.store = Store(self.engine, self.models)
+        self.store: Driver = Store(self.engine, self.models)
 
     @classmethod
     def _over_store(
-        cls, store: Store, models: Sequence[type], *, clock: Clock | None = None,
+        cls, store: Driver, models: Sequence[type], *, clock: Clock | None = None,
         concurrency: int = 4, batch_size: int = 100, listen_url: str | None = None,
     ) -> Stator:
         """A Stator over a store built elsewhere (the Django integration's)."""
@@ -322,7 +323,7 @@ class Stator:
 
 async def _run_async_inline(executor: Executor, task: Task) -> None:
     """An async handler on an event loop of its own (``asyncio.run``), closed after it as
-    the worker's loop is (``Store.loop_done``)."""
+    the worker's loop is (``Driver.loop_done``)."""
     try:
         await executor.run_async(task)
     finally:

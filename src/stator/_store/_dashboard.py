@@ -41,7 +41,7 @@ from ._tracked import TrackedModel
 from ._unreadable import is_unreadable, readable_row, readable_time
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from .interface import Driver as Store
 
 EXACT_BELOW = 200_000
 DUE_CAP = 10_000

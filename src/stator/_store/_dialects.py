@@ -21,6 +21,11 @@ NOTIFY_CHANNEL = "stator"
 class SqlDialect:
     name = "generic"
     skip_locked = ""
+    # Capabilities the drivers report (``interface.Driver``), decided here by database.
+    listen_notify = False  # wake-ups by LISTEN/NOTIFY
+    one_statement_writes = False  # a plain batch as one autocommit statement (see Store)
+    row_by_row_writes = False  # fenced writes a row at a time on the DB-API connection
+    single_writer = False  # one writer at a time: this process's writes take turns first
     # A condition the claim's UPDATE carries that makes its commit not wait for the disk
     # (see ``PostgresDialect``); empty where commits cost no such wait.
     lease_commit = ""
@@ -73,6 +78,8 @@ class SqlDialect:
 
 class SqliteDialect(SqlDialect):
     name = "sqlite"
+    row_by_row_writes = True
+    single_writer = True
 
     def ts(self, value: datetime) -> Any:
         return to_sqlite_text(value)
@@ -104,6 +111,8 @@ class SqliteDialect(SqlDialect):
 
 class PostgresDialect(SqlDialect):
     name = "postgresql"
+    listen_notify = True
+    one_statement_writes = True
     skip_locked = " FOR UPDATE SKIP LOCKED"
     # A claim only grants a lease, and losing a lease is already handled: the fence refuses
     # its holder's write and the row is claimed again.  So the claim's commit need not wait

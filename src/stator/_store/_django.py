@@ -42,6 +42,7 @@ from . import _schema, _unreadable
 from ._dialects import BEGIN_OPTION, dialect_for, with_client_settings
 from ._store import WRITE, Store, writer_lock
 from ._tracked import TrackedModel
+from .interface import Driver
 
 # The begin mode of a claim (see ``django_engine``); SQLite claims take the write lock instead.
 AUTOCOMMIT = "autocommit"
@@ -442,7 +443,7 @@ class _NoScope:
         return False
 
     def commit_with(
-        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
+        self, store: Driver, tracked: TrackedModel, write: Write, worker_id: str
     ) -> bool:
         raise AssertionError("nothing to commit")
 
@@ -503,7 +504,7 @@ class AtomicScope:
         return self._wrote or bool(self.conn.run_on_commit)
 
     def commit_with(
-        self, store: Store, tracked: TrackedModel, write: Write, worker_id: str
+        self, store: Driver, tracked: TrackedModel, write: Write, worker_id: str
     ) -> bool:
         if self._lazy and not self.conn.connection.in_transaction:
             self.conn.connection.execute("BEGIN IMMEDIATE")

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -49,17 +49,15 @@ from ..errors import ConfigError, SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
 from . import _dashboard, _schema, _unreadable
 from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for, use_wal, with_client_settings
+from ._sessions import SessionScopes
 from ._tracked import TrackedModel
-
-if TYPE_CHECKING:
-    from .._execute import HandlerScopes
+from .interface import INLINE, DueDepth, HandlerScopes
 
 WRITE = {BEGIN_OPTION: "immediate"}
 READ = {BEGIN_OPTION: "deferred"}
 NOTIFY_EVERY = 0.1  # seconds
 SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
-INLINE = "inline"  # the writer of failures recorded outside a worker (run_once)
 
 
 class Store:
@@ -95,6 +93,24 @@ class Store:
     # moves mixed with deletes) keeps its transaction; so does Django (its connections).
     autocommit_writes = True
 
+    # -- capability flags (see ``interface.Driver``) -----------------------------------------
+
+    @property
+    def listen_notify(self) -> bool:
+        return self.dialect.listen_notify
+
+    @property
+    def skip_locked(self) -> bool:
+        return bool(self.dialect.skip_locked)
+
+    @property
+    def one_statement_writes(self) -> bool:
+        return self.autocommit_writes and self.dialect.one_statement_writes
+
+    @property
+    def row_by_row_writes(self) -> bool:
+        return self.dialect.row_by_row_writes
+
     # -- what differs between integrations (see ``_django.py`` for the other one) ---------
 
     @property
@@ -116,8 +132,6 @@ class Store:
         return psycopg.connect(*args, **with_client_settings(dict(kwargs)), autocommit=True)
 
     def handler_scopes(self) -> HandlerScopes:
-        from .._execute import SessionScopes
-
         return SessionScopes(self)
 
     def thread_done(self) -> None:
@@ -391,7 +405,7 @@ class Store:
     def _one_statement(self, writes: Sequence[Write]) -> bool:
         """Whether these writes (one model's) are a single statement's work: all moves or all
         deletes, none with an error row to record or ``extra`` columns to write."""
-        if not (self.autocommit_writes and self.dialect.name == "postgresql"):
+        if not self.one_statement_writes:
             return False
         kinds = {w.delete for w in writes}
         return len(kinds) == 1 and all(w.failure is None and w.extra is None for w in writes)
@@ -565,9 +579,9 @@ class Store:
 
     def due_depth(
         self, tracked: Iterable[TrackedModel], now: datetime
-    ) -> dict[str, tuple[int, float]]:
+    ) -> dict[str, DueDepth]:
         """Per model: rows due now and how late the oldest of them is, in seconds."""
-        out: dict[str, tuple[int, float]] = {}
+        out: dict[str, DueDepth] = {}
         with self.engine.connect().execution_options(**READ) as conn:
             for t in tracked:
                 states = [s.name for s in t.graph.scheduled_states()]
@@ -580,7 +594,9 @@ class Store:
                     f"WHERE state IN ({listed}) AND state_next IS NOT NULL AND state_next <= :now"
                 ), {"now": self.dialect.ts(now)}).one()
                 first = _unreadable.readable_time(self, oldest, conn.dialect, now)
-                out[t.name] = (int(count), (now - first).total_seconds() if first else 0.0)
+                out[t.name] = DueDepth(
+                    int(count), (now - first).total_seconds() if first else 0.0
+                )
             conn.rollback()
         return out
 
@@ -682,7 +698,7 @@ def writer_lock(dialect: SqlDialect) -> AbstractContextManager[Any]:
     between the claiming and the writing thread sleeps in SQLite's busy handler (1 ms, then
     2, 5, 10…) though the lock is free again within a millisecond: most of the time SQLite
     runs spent asleep.  Other processes and handler sessions still meet the busy timeout."""
-    return threading.Lock() if dialect.name == "sqlite" else contextlib.nullcontext()
+    return threading.Lock() if dialect.single_writer else contextlib.nullcontext()
 
 
 def missing_sqlite_file(engine: Engine) -> Path | None:

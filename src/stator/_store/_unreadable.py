@@ -40,14 +40,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, String, cast, insert, select, text
 from sqlalchemy.exc import DataError, DBAPIError, StatementError
 
+from .._types import UTCDateTime
 from . import _schema
 from ._tracked import TrackedModel
 
 if TYPE_CHECKING:
     from .._policy import Write
     from ._store import Store
+    from .interface import Driver
 
 log = logging.getLogger("stator.worker")
+_DATETIME = UTCDateTime()  # reads a stored time as the tracked columns' type does
 
 SET_ASIDE = timedelta(hours=1)  # until the next try of a row that cannot be read
 CLAIM_TRIES = 3  # claims in a row that may meet unreadable rows before the error is raised
@@ -272,13 +275,13 @@ def _set_aside_refused(
 
 
 def readable_time(
-    store: Store, value: Any, dialect: Any, now: datetime
+    store: Driver, value: Any, dialect: Any, now: datetime
 ) -> datetime | None:
     """A time read back from the database, for a reader of due times: a value that cannot be
     read counts as due now if the database compares it as due (a claim takes the row and
     replaces it with a lease), else it is skipped."""
     try:
-        return store._datetime.process_result_value(value, dialect)
+        return _DATETIME.process_result_value(value, dialect)
     except (ValueError, TypeError, OverflowError):
         due = isinstance(value, str) and value <= store.dialect.ts(now)
         return now if due else None

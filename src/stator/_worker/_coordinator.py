@@ -26,7 +26,8 @@ from .._execute import Executor
 from .._failure_log import FailureLog
 from .._incurable import Broken, DatabaseUnusable, first_line, is_disk_full, is_incurable
 from .._outage import Outage, is_transient
-from .._store import Store, TrackedModel
+from .._store import TrackedModel
+from .._store.interface import Driver
 from ._calls import Calls
 from ._handlers import HandlerPool
 from ._housekeeping import HEARTBEAT_EVERY, Housekeeper
@@ -51,7 +52,7 @@ class Worker:
     listener (which calls ``wake``) and the housekeeper (``tick``, ``final``)."""
 
     def __init__(
-        self, store: Store, clock: Clock, tracked: Sequence[TrackedModel], options: WorkerOptions
+        self, store: Driver, clock: Clock, tracked: Sequence[TrackedModel], options: WorkerOptions
     ) -> None:
         self.store = store
         self.clock = clock

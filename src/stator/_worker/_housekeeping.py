@@ -19,7 +19,8 @@ from sqlalchemy.exc import DBAPIError
 from .. import _metrics
 from .._board import Board
 from .._clock import Clock
-from .._store import Store, TrackedModel
+from .._store import TrackedModel
+from .._store.interface import Driver
 from ._state import ModelCounters, Tally, WorkerOptions
 
 HEARTBEAT_EVERY = 5.0
@@ -31,7 +32,7 @@ Guarded = Callable[[Callable[[], bool | None], str], bool]
 
 class Housekeeper:
     def __init__(
-        self, store: Store, clock: Clock, board: Board, tally: Tally,
+        self, store: Driver, clock: Clock, board: Board, tally: Tally,
         tracked: Sequence[TrackedModel], options: WorkerOptions, worker_id: str,
         healthy: Callable[[], list[TrackedModel]],
     ) -> None:

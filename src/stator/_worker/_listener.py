@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._outage import Outage
-from .._store import NOTIFY_CHANNEL, Store
+from .._store import NOTIFY_CHANNEL
+from .._store.interface import Driver
 from ._state import Signals
 
 log = logging.getLogger("stator.worker")
@@ -34,7 +35,7 @@ LISTEN_WAIT = 1.0  # seconds the listener waits for notifications before looking
 
 class Listener:
     def __init__(
-        self, store: Store, signals: Signals, wake: Callable[[], None], tables: set[str],
+        self, store: Driver, signals: Signals, wake: Callable[[], None], tables: set[str],
         listen_url: str | None, worker_id: str,
     ) -> None:
         self._store = store
@@ -87,7 +88,7 @@ class Listener:
         outage = Outage("wake-up listener", first_delay=0.5)
         while not self._stop.is_set():
             try:
-                if self._store.dialect.name == "postgresql":
+                if self._store.listen_notify:
                     self._listen_postgres(outage)
                 else:
                     self._poll_sqlite()

@@ -1,5 +1,5 @@
 """Batched, fenced write-back: results gather here until a flush rule says write, then a
-writer thread of its own writes each batch (``Store.write_all``, fenced by each row's lease)
+writer thread of its own writes each batch (``Driver.write_all``, fenced by each row's lease)
 while the coordinator goes on claiming.  What was written, and what the fence refused
 (lost), comes back to the coordinator, which counts it.
 
@@ -22,7 +22,8 @@ from .. import _incurable, _metrics
 from .._board import Board, ThreadState
 from .._outage import Outage, is_transient
 from .._policy import Write
-from .._store import Store, TrackedModel
+from .._store import TrackedModel
+from .._store.interface import Driver
 from ._state import Signals, Tally, WorkerOptions
 
 log = logging.getLogger("stator.worker")
@@ -35,7 +36,7 @@ WriteBatch = list[tuple[TrackedModel, list[Write]]]
 
 class Writer:
     def __init__(
-        self, store: Store, board: Board, signals: Signals, tally: Tally,
+        self, store: Driver, board: Board, signals: Signals, tally: Tally,
         tracked: Sequence[TrackedModel], options: WorkerOptions, worker_id: str,
         handlers_idle: Callable[[], bool],
     ) -> None:
