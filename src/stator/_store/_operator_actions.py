@@ -24,7 +24,7 @@ from ._tracked import TrackedModel
 from ._unreadable import first_line, is_unreadable, is_unwritable
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from .interface import Driver as Store
 
 
 def retry_now(
