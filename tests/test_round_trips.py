@@ -256,10 +256,10 @@ def test_a_claims_commit_does_not_wait_for_the_disk(backend, clock, build_models
     params = stator.store._claim_params(tracked, clock.now(), 1)
     with stator.engine.connect() as conn:
         with conn.begin():
-            assert len(conn.execute(text(tracked.sql["claim"]), params).all()) == 1
+            assert len(conn.execute(text(tracked.sql.claim or ""), params).all()) == 1
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
         with conn.begin():
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
             # A claim that joins a caller's transaction leaves the caller's commit durable.
-            assert len(conn.execute(text(tracked.sql["claim_joined"]), params).all()) == 1
+            assert len(conn.execute(text(tracked.sql.claim_joined or ""), params).all()) == 1
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"

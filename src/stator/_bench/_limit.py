@@ -77,8 +77,8 @@ def drive(engine: Engine, batch: int) -> LoopStats:
     """Claim and write back ``BenchRow`` rows until none is due; one connection."""
     store = Store(engine, [BenchRow])  # for the statements and SQLite's settings only
     tracked = store.tracked[0]
-    claim = _driver_sql(engine, tracked.sql["claim"])
-    write = _driver_sql(engine, tracked.sql["write"])
+    claim = _driver_sql(engine, tracked.sql.claim or "")
+    write = _driver_sql(engine, tracked.sql.write)
     leases = [
         (f"lease_{i}", timedelta(seconds=state.lease))
         for i, state in enumerate(tracked.graph.scheduled_states())

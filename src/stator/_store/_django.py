@@ -297,7 +297,7 @@ class DjangoStore(Store):
     def claim(
         self, tracked: TrackedModel, now: datetime, limit: int
     ) -> list[tuple[Any, Claimed]]:
-        sql = tracked.sql.get("claim")
+        sql = tracked.sql.claim
         if sql is None or limit <= 0:
             return []
         params = self._claim_params(tracked, now, limit)
@@ -320,7 +320,7 @@ class DjangoStore(Store):
         rows = self._claim_on_psycopg(tracked, sql, params)
         if rows is None:
             if connections[self.alias].in_atomic_block:
-                sql = tracked.sql["claim_joined"]
+                sql = tracked.sql.claim_joined or sql
             with self._writer, self.engine.connect().execution_options(
                 **self._claim_options
             ) as conn, conn.begin():

@@ -310,7 +310,7 @@ class Store:
     ) -> list[tuple[Any, Claimed]]:
         """Lease up to ``limit`` due rows; returns (ORM object, claim) pairs, objects detached.
         Rows that cannot be read are recorded as errors and set aside (``_unreadable``)."""
-        sql = tracked.sql.get("claim")
+        sql = tracked.sql.claim
         if sql is None or limit <= 0:
             return []
         params = self._claim_params(tracked, now, limit)
@@ -321,7 +321,7 @@ class Store:
     def _loader(self, tracked: TrackedModel) -> _Loader:
         loader = self._loaders.get(tracked.name)
         if loader is None:
-            loader = self._loaders[tracked.name] = _Loader(tracked, tracked.sql["claim"])
+            loader = self._loaders[tracked.name] = _Loader(tracked, tracked.sql.claim or "")
         return loader
 
     def load_one(self, conn: Connection, tracked: TrackedModel, key: Any) -> tuple[Any, Claimed]:
@@ -416,9 +416,10 @@ class Store:
         delete = writes[0].delete
         history = not delete and tracked.history_type is not None
         params = self.dialect.batch_params([self._payload(w, history) for w in writes])
-        sql = tracked.sql["delete" if delete else "write"]
-        if not delete and any(w.moved for w in writes) and self._notify_due(tracked):
-            sql = tracked.sql["write_notify"]
+        sql = tracked.sql.delete if delete else tracked.sql.write
+        notify = tracked.sql.write_notify
+        if not delete and notify and any(w.moved for w in writes) and self._notify_due(tracked):
+            sql = notify
             params["table"] = tracked.table.name
         with self._writer, self.engine.connect().execution_options(
                 isolation_level="AUTOCOMMIT") as conn, conn.begin():
@@ -434,15 +435,15 @@ class Store:
         applied: set[Any] = set()
         if updates:
             raw = self.sqlite_connection(conn)
-            if raw is not None and "write_row" in tracked.sql:
+            if raw is not None and tracked.sql.write_row is not None:
                 applied.update(self._write_rows(raw, tracked, updates))
             else:
                 history = tracked.history_type is not None
                 params = self.dialect.batch_params([self._payload(w, history) for w in updates])
-                applied.update(conn.execute(text(tracked.sql["write"]), params).scalars())
+                applied.update(conn.execute(text(tracked.sql.write), params).scalars())
         if deletes:
             params = self.dialect.batch_params([self._payload(w) for w in deletes])
-            applied.update(conn.execute(text(tracked.sql["delete"]), params).scalars())
+            applied.update(conn.execute(text(tracked.sql.delete), params).scalars())
         extras = [w for w in updates if w.extra is not None and w.pk in applied]
         if extras:
             if tracked.write_extra is None:
@@ -475,7 +476,8 @@ class Store:
         ts = to_sqlite_text
         history = tracked.history_type is not None
         cursor = raw.cursor()
-        sql = tracked.sql["write_row"]
+        sql = tracked.sql.write_row
+        assert sql is not None
         applied = []
         try:
             for w in writes:
@@ -561,10 +563,10 @@ class Store:
         with self.engine.connect().execution_options(**READ) as conn:
             now = datetime.now(UTC)
             for t in tracked:
-                sql = t.sql.get("next_due")
+                sql = t.sql.next_due
                 params: dict[str, Any] = {}
-                if claimable_at is not None and "next_claimable" in t.sql:
-                    sql = t.sql["next_claimable"]
+                if claimable_at is not None and t.sql.next_claimable is not None:
+                    sql = t.sql.next_claimable
                     params["now"] = self.dialect.ts(claimable_at)
                 if sql is None:
                     continue

@@ -1,8 +1,5 @@
-"""The SQL for one application table run by Stator, built once per model and dialect.
-
-Every statement has a fixed shape (the batch travels as one JSON parameter), so the
-database can prepare it once and reuse the plan.
-"""
+"""One application table run by Stator: its model, graph, table facts and the hooks it
+declares, with its statements (``_statements.py``) built once per model and dialect."""
 
 from __future__ import annotations
 
@@ -16,18 +13,7 @@ from sqlalchemy.engine import Dialect
 from .._graph import StateGraph
 from ..errors import ConfigError
 from ._dialects import SqlDialect
-
-WRITE_COLUMNS = [
-    ("pk", "PK"),
-    ("fence_state", "text"),
-    ("fence", "timestamptz"),
-    ("state", "text"),
-    ("changed", "timestamptz"),
-    ("changed_iso", "text"),
-    ("next", "timestamptz"),
-    ("attempts", "integer"),
-    ("moved", "boolean"),
-]
+from ._statements import Statements, build_statements
 
 
 @dataclass
@@ -45,7 +31,7 @@ class TrackedModel:
     quoted_table: str = ""  # the table and column names as the SQL must spell them
     quoted_pk: str = ""
     quoted_columns: list[str] = field(default_factory=list)
-    sql: dict[str, str] = field(default_factory=dict)
+    sql: Statements = field(default_factory=Statements)
     where: str | None = None  # an extra claim condition (e.g. the task queues a worker runs)
     # The model's ``stator_claim_priority``: a column whose higher values are claimed first
     # (quoted as the SQL spells it), or None to claim by due time only.
@@ -132,7 +118,7 @@ class TrackedModel:
             lease_column=None if lease_column is None else quote.quote(lease_column),
             claim_stamps={quote.quote(c): when for c, when in stamps.items()},
         )
-        tracked.sql = _build_sql(tracked, dialect)
+        tracked.sql = build_statements(tracked, dialect)
         return tracked
 
     def in_claim_order(self, rows: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
@@ -143,158 +129,3 @@ class TrackedModel:
         if attr is None or len(rows) < 2:
             return rows
         return sorted(rows, key=lambda pair: -getattr(pair[0], attr))
-
-
-def _build_sql(t: TrackedModel, d: SqlDialect) -> dict[str, str]:
-    table, pk = t.quoted_table, t.quoted_pk
-    scheduled = [s.name for s in t.graph.scheduled_states()]
-    sql: dict[str, str] = {}
-    extra = f" AND ({t.where})" if t.where else ""
-    # Not while the dashboard has the model paused: the claim reads the pause itself (a
-    # one-time filter on a table of a few rows), so pausing costs no query of its own and a
-    # pause holds from the next claim on.
-    extra += f" AND NOT EXISTS (SELECT 1 FROM stator_paused WHERE model = {_literal(t.name)})"
-    if scheduled:
-        returning = ", ".join(t.quoted_columns)
-        sql["claim"] = _claim_sql(
-            table, pk, scheduled, d, returning, extra, t.priority, t.lease_column,
-            _claim_stamps(t),
-        )
-        # For a claim that joins a caller's transaction (a Django ``atomic`` block): the
-        # relaxed commit would reach the caller's own writes, so it stays durable.
-        sql["claim_joined"] = sql["claim"].replace(d.lease_commit, "")
-        order = "state_next" if t.priority is None else f"{t.priority} DESC, state_next"
-        sql["claim_candidates"] = _claim_candidates_sql(table, pk, scheduled, d, extra, order)
-        sql["next_due"] = " UNION ALL ".join(
-            f"SELECT min(state_next) AS due FROM {table} "
-            f"WHERE state = '{name}' AND state_next IS NOT NULL{extra}"
-            for name in scheduled
-        )
-        if d.skip_locked:
-            sql["next_claimable"] = _next_claimable_sql(table, scheduled, d, extra)
-    columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
-    source = d.batch_source(columns)
-    history = ""
-    if t.history_type is not None:
-        append = d.history_append(table, t.history_type)
-        history = (
-            f", state_history = CASE WHEN v.moved THEN {append} "
-            f"ELSE {table}.state_history END"
-        )
-    sql["write"] = (
-        f"UPDATE {table} SET state = v.state, state_changed = v.changed, "
-        f"state_next = v.next, state_attempts = v.attempts{history} "
-        f"FROM {source} WHERE {table}.{pk} = v.pk AND {table}.state = v.fence_state "
-        f"AND {table}.state_next = v.fence RETURNING {table}.{pk}"
-    )
-    notify = d.with_notify(sql["write"])
-    if notify is not None:
-        sql["write_notify"] = notify
-    if d.name == "sqlite":
-        sql["write_row"] = _sqlite_write_row(t, d)
-    sql["delete"] = (
-        f"DELETE FROM {table} WHERE ({pk}, state, state_next) IN "
-        f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
-    )
-    return sql
-
-
-def _next_claimable_sql(table: str, states: list[str], d: SqlDialect, extra: str) -> str:
-    """``next_due`` as a claim sees it: a row due by ``:now`` that another session holds
-    locked (the application's ``SELECT … FOR UPDATE``, another worker mid-claim) is passed by,
-    exactly as the claim's ``SKIP LOCKED`` passes it by; rows not due yet all count.  Only
-    the first unlocked due row of each state is locked, for the rest of this read."""
-    return " UNION ALL ".join(
-        f"SELECT * FROM (SELECT state_next AS due FROM {table} WHERE state = '{name}' "
-        f"AND state_next IS NOT NULL AND state_next <= :now{extra} "
-        f"ORDER BY state_next LIMIT 1{d.skip_locked}) AS n{i} "
-        f"UNION ALL SELECT min(state_next) AS due FROM {table} "
-        f"WHERE state = '{name}' AND state_next > :now{extra}"
-        for i, name in enumerate(states)
-    )
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (a table name, written into a statement built once)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _sqlite_write_row(t: TrackedModel, d: SqlDialect) -> str:
-    """The same fenced write for one row, positional parameters (SQLite: ``Store._write_rows``):
-    ?1 state, ?2 changed, ?3 next, ?4 attempts, ?5 pk, ?6 fence state, ?7 fence, ?8 moved,
-    ?9 changed (ISO, for the history)."""
-    table, pk = t.quoted_table, t.quoted_pk
-    history = ""
-    if t.history_type is not None:
-        append = d.history_append(table, t.history_type, "?1", "?9")
-        history = f", state_history = CASE WHEN ?8 THEN {append} ELSE {table}.state_history END"
-    return (
-        f"UPDATE {table} SET state = ?1, state_changed = ?2, state_next = ?3, "
-        f"state_attempts = ?4{history} WHERE {pk} = ?5 AND state = ?6 AND state_next = ?7"
-    )
-
-
-def _due_branches(
-    table: str, pk: str, states: list[str], d: SqlDialect, picked: str, extra: str, order: str
-) -> str:
-    """Each state's oldest due rows, at most :limit per state (the rows a claim may take)."""
-    return " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {pk}, state{picked} FROM {table} "
-        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
-        f"ORDER BY {order} LIMIT :limit{d.skip_locked}) AS b{i}"
-        for i, name in enumerate(states)
-    )
-
-
-def _claim_candidates_sql(
-    table: str, pk: str, states: list[str], d: SqlDialect, extra: str, order: str
-) -> str:
-    """The rows a claim with these parameters could have taken (due now), and those it did
-    take if it committed (their ``state_next`` is its lease): where to look for a row the
-    claim could not read (``_unreadable``)."""
-    leased = " UNION ALL ".join(
-        f"SELECT {pk}, state FROM {table} WHERE state = '{name}' AND state_next = :lease_{i}"
-        for i, name in enumerate(states)
-    )
-    return f"{_due_branches(table, pk, states, d, '', extra, order)} UNION {leased}"
-
-
-def _claim_stamps(t: TrackedModel) -> str:
-    """The claim's ``SET`` of ``t.claim_stamps``: only rows taken up for a handler (of an
-    automatic state) are stamped, not those claimed for a deletion or a timed edge."""
-    if not t.claim_stamps:
-        return ""
-    handled = ", ".join(_literal(s.name) for s in t.graph.states.values() if s.automatic)
-    sets = []
-    for column, when in t.claim_stamps.items():
-        value = f"COALESCE({column}, :now)" if when == "first" else ":now"
-        sets.append(f", {column} = CASE WHEN state IN ({handled}) THEN {value} ELSE {column} END")
-    return "".join(sets)
-
-
-def _claim_sql(
-    table: str, pk: str, states: list[str], d: SqlDialect, returning: str, extra: str = "",
-    priority: str | None = None, lease_column: str | None = None, stamps: str = "",
-) -> str:
-    """One statement that leases up to :limit due rows, shared fairly between states.
-
-    Each state contributes its oldest due rows (an index range scan per state); the picks are
-    interleaved round-robin (first of each state, then second of each...) so a state with a
-    backlog cannot starve the others.  PostgreSQL skips rows other workers hold.  With a
-    ``priority`` column, each state's rows are taken highest priority first, then oldest.
-    With a ``lease_column``, the lease is copied there too; ``stamps`` are more of the
-    ``SET`` (``_claim_stamps``).
-    """
-    order = "state_next" if priority is None else f"{priority} DESC, state_next"
-    picked = f", {priority}" if priority is not None else ""
-    branches = _due_branches(table, pk, states, d, f", state_next{picked}", extra, order)
-    lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
-    copy = f", {lease_column} = CASE state {lease} END" if lease_column is not None else ""
-    return (
-        f"WITH due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
-        f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c), "
-        f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
-        f"UPDATE {table} SET state_next = CASE state {lease} END{copy}{stamps} "
-        f"WHERE {pk} IN (SELECT {pk} FROM picked){d.lease_commit} RETURNING {returning}"
-    )
-

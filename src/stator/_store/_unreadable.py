@@ -103,7 +103,9 @@ def set_aside(
     until = now + SET_ASIDE
     with store._writer, store.engine.connect().execution_options(
             **{"stator_begin": "immediate"}) as conn, conn.begin():
-        candidates = conn.execute(text(tracked.sql["claim_candidates"]), params).all()
+        candidates_sql = tracked.sql.claim_candidates
+        assert candidates_sql is not None  # a claim ran: the model has one
+        candidates = conn.execute(text(candidates_sql), params).all()
         found = [u for key, state in candidates
                  if (u := _unreadable(store, conn, tracked, key, state, until)) is not None]
         for u in found:
