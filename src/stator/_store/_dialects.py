@@ -61,6 +61,11 @@ class SqlDialect:
     def notify_sql(self) -> str | None:
         return None
 
+    def stale_snapshot(self, message: str) -> bool:
+        """Whether a write failed (``message``, the driver's error) only because this
+        transaction's reads are older than another's commit: a conflict, not a fault."""
+        return False
+
     def with_notify(self, statement: str) -> str | None:
         """``statement`` (returning primary keys) and a wake-up notification as one statement:
         the keys, then one row whose key is NULL.  None where there is no NOTIFY."""
@@ -90,6 +95,11 @@ class SqliteDialect(SqlDialect):
     def payload_source(self, columns: list[tuple[str, str]]) -> str:
         picks = ", ".join(f"value->>'{name}' AS {name}" for name, _ in columns)
         return f"(SELECT {picks} FROM json_each(:payload)) AS v"
+
+    def stale_snapshot(self, message: str) -> bool:
+        # SQLite cannot upgrade a read transaction whose snapshot is out of date: someone
+        # committed since it first read, so it may have moved the rows it meant to write.
+        return "locked" in message
 
     def history_append(
         self, table: str, history_type: str, state: str = "v.state",

@@ -1,10 +1,9 @@
-"""Application-side transitions on Django models (``transition_perform``): one conditional
-UPDATE through the ORM, like ``transitions.py`` for SQLAlchemy."""
+"""Transitions made by application code on Django models (``transition_perform``): the one
+move (``stator._moves``) as one conditional UPDATE through the ORM, so it runs on the
+queryset's own database and filters, in Django's transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
@@ -12,11 +11,12 @@ from django.db import models as dj_models
 from django.db.models.expressions import RawSQL
 from django.db.utils import OperationalError as DjangoOperationalError
 
-from .. import _local_wakeups
+from .. import _moves
 from .._clock import Clock, SystemClock
 from .._graph import State, StateGraph
-from .._policy import first_due
 from ..errors import ConfigError, TransitionConflict, TransitionError
+from . import _wake_sender
+from ._apply_move import history_expression, stale
 from ._dialects import dialect_for
 from ._django import wake_key
 
@@ -25,43 +25,25 @@ def perform(obj: Any, to: State | str, clock: Clock | None) -> None:
     model = type(obj)
     graph: type[StateGraph] = _graph(model)
     target = graph.get_state(to)
-    current = graph.states.get(obj.state)
-    if current is None:
+    if obj.state not in graph.states:
         raise TransitionError(f"{model.__name__} row is in unknown state {obj.state!r}")
-    if target.name not in current.children:
-        raise TransitionError(
-            f"{graph.__name__}: no transition from {current.name} to {target.name}"
-        )
-    now = (clock or SystemClock()).now()
+    move = _moves.along_edge(graph, obj.state, target, (clock or SystemClock()).now())
     alias = obj._state.db or "default"
     rows = model._base_manager.using(alias).filter(pk=obj.pk)
-    if _move(rows, target, [current.name], now) != 1:
+    if _move(rows, move) != 1:
         raise TransitionConflict(
-            f"{model.__name__} {obj.pk!r} is no longer in state {current.name}: "
+            f"{model.__name__} {obj.pk!r} is no longer in state {move.sources[0]}: "
             "someone else moved it first"
         )
-    obj.state, obj.state_changed = target.name, now
-    obj.state_next, obj.state_attempts = first_due(target, now), 0
+    for key, value in move.values.items():
+        setattr(obj, key, value)
     if _has_history(model):
-        obj.state_history = [*(obj.state_history or []), [target.name, now.isoformat()]]
+        obj.state_history = [*(obj.state_history or []), list(move.history_entry)]
 
 
 def perform_many(queryset: Any, to: State | str, clock: Clock | None) -> int:
     graph = _graph(queryset.model)
-    target = graph.get_state(to)
-    sources = [s.name for s in target.parents.values()]
-    if not sources:
-        raise TransitionError(f"{graph.__name__}: no state has a transition to {target.name}")
-    return _move(queryset, target, sources, (clock or SystemClock()).now())
-
-
-def _wake_workers(alias: str, table: str) -> None:
-    notify = dialect_for(connections[alias].vendor).notify_sql()
-    if notify:
-        with connections[alias].cursor() as cursor:
-            cursor.execute(notify.replace(":table", "%s"), [table])
-    key = wake_key(alias)
-    transaction.on_commit(lambda: _local_wakeups.wake(key), using=alias)
+    return _move(queryset, _moves.into(graph, to, (clock or SystemClock()).now()))
 
 
 def _graph(model: Any) -> type[StateGraph]:
@@ -75,33 +57,28 @@ def _has_history(model: Any) -> bool:
     return any(f.name == "state_history" for f in model._meta.concrete_fields)
 
 
-def _move(rows: Any, target: State, sources: Iterable[str], now: datetime) -> int:
+def _move(rows: Any, move: _moves.Move) -> int:
     alias = rows.db
     model = rows.model
+    table = model._meta.db_table
     conn = connections[alias]
     dialect = dialect_for(conn.vendor)
-    values: dict[str, Any] = {
-        "state": target.name, "state_changed": now,
-        "state_next": first_due(target, now), "state_attempts": 0,
-    }
+    values: dict[str, Any] = move.values
     if _has_history(model):
         field = model._meta.get_field("state_history")
-        append = dialect.history_append(model._meta.db_table, field.db_type(conn),
-                                        "CAST(%s AS text)", "CAST(%s AS text)")
+        append = history_expression(dialect, table, field.db_type(conn), "CAST(%s AS text)")
         values["state_history"] = RawSQL(
-            append, (target.name, now.isoformat()), output_field=dj_models.JSONField()
+            append, move.history_entry, output_field=dj_models.JSONField()
         )
     try:
-        moved = int(rows.filter(state__in=list(sources)).update(**values))
+        moved = int(rows.filter(state__in=list(move.sources)).update(**values))
     except DjangoOperationalError as exc:
-        if dialect.name == "sqlite" and "locked" in str(exc):
-            # SQLite cannot upgrade a read transaction whose snapshot is out of date: someone
-            # committed since this transaction first read, so it may have moved these rows.
-            raise TransitionConflict(
-                f"{model._meta.db_table}: the database changed since this transaction began "
-                "reading; roll back and try the transition in a new transaction"
-            ) from exc
+        if dialect.stale_snapshot(str(exc)):
+            raise stale(table) from exc
         raise
     if moved:
-        _wake_workers(alias, model._meta.db_table)
+        with conn.cursor() as cursor:
+            _wake_sender.notify_cursor(cursor, dialect, table)
+        _wake_sender.wake_on_commit(
+            lambda callback: transaction.on_commit(callback, using=alias), wake_key(alias))
     return moved

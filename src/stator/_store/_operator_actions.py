@@ -12,13 +12,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, delete, false, insert, select, text, update
+from sqlalchemy import ColumnElement, Connection, delete, false, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
-from .. import _local_wakeups
-from .._policy import first_due
+from .. import _moves
 from ..errors import TransitionConflict, TransitionError
-from . import _schema
+from . import _schema, _wake_sender
+from ._apply_move import apply
 from ._dialects import BEGIN_OPTION
 from ._tracked import TrackedModel
 from ._unreadable import first_line, is_unreadable, is_unwritable
@@ -32,9 +32,7 @@ def retry_now(
     now: datetime, actor: str,
 ) -> None:
     """Make one row due now; ``TransitionConflict`` if it moved since it was shown."""
-    state = t.graph.states.get(seen_state)
-    if state is None or not state.scheduled:
-        raise TransitionError(f"rows in {seen_state} are not run by the engine: nothing to retry")
+    _moves.retryable(t.graph, seen_state)
     table = t.table
     with _writing(store) as conn:
         done = conn.execute(
@@ -44,8 +42,8 @@ def retry_now(
         if done != 1:
             raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
         _log(conn, now, actor, "retry", t.name, pk, f"{seen_state}: due now", 1)
-        _notify(store, conn, t)
-    _local_wakeups.wake(store.wake_key)
+        _wake_sender.notify(conn, store.dialect, t.table.name)
+    _wake_sender.wake(store.wake_key)
 
 
 def move_row(
@@ -53,43 +51,26 @@ def move_row(
     to: str, now: datetime, actor: str,
 ) -> None:
     """Move one row along an edge of its graph (``TransitionError`` if there is none)."""
-    current = t.graph.states.get(seen_state)
-    target = t.graph.states.get(to)
-    if current is None or target is None or to not in current.children:
-        raise TransitionError(f"{t.graph.__name__}: no transition from {seen_state} to {to}")
-    values: dict[str, Any] = {
-        "state": target.name, "state_changed": now, "state_next": first_due(target, now),
-        "state_attempts": 0,
-    }
-    if t.history_type is not None:
-        append = store.dialect.history_append(t.quoted_table, t.history_type, ":stator_to",
-                                              ":stator_iso")
-        values["state_history"] = text(append).bindparams(
-            stator_to=target.name, stator_iso=now.isoformat()
-        )
+    move = _moves.along_edge(t.graph, seen_state, to, now)
     try:
         with _writing(store) as conn:
-            done = conn.execute(
-                update(t.table).where(*_fence(conn, store, t, pk, seen_state, seen_next))
-                .values(**values)
-            ).rowcount
+            done = apply(conn, store.dialect, t, move,
+                         _fence(conn, store, t, pk, seen_state, seen_next))
             if done != 1:
                 raise TransitionConflict(f"{t.name} {pk!r} changed since it was shown; reload")
             _log(conn, now, actor, "move", t.name, pk, f"{seen_state} -> {to}", 1)
-            _notify(store, conn, t)
     except DBAPIError as exc:
         if not is_unwritable(exc):
             raise
         raise TransitionError(
             f"the database refuses {t.name} {pk!r}'s move ({first_line(exc)}): fix the row's "
             "values (its state_history, say) first") from None
-    _local_wakeups.wake(store.wake_key)
+    _wake_sender.wake(store.wake_key)
 
 
 def retry_failing(store: Store, t: TrackedModel, state: str, now: datetime, actor: str) -> int:
     """Make every failing row of ``state`` (waiting out a backoff) due now; how many."""
-    if state not in {s.name for s in t.graph.scheduled_states()}:
-        raise TransitionError(f"rows in {state} are not run by the engine: nothing to retry")
+    _moves.retryable(t.graph, state)
     table = t.table
     with _writing(store) as conn:
         done = int(conn.execute(
@@ -101,8 +82,8 @@ def retry_failing(store: Store, t: TrackedModel, state: str, now: datetime, acto
         _log(conn, now, actor, "retry_failing", t.name, None, f"{state}: failing rows due now",
              done)
         if done:
-            _notify(store, conn, t)
-    _local_wakeups.wake(store.wake_key)
+            _wake_sender.notify(conn, store.dialect, t.table.name)
+    _wake_sender.wake(store.wake_key)
     return done
 
 
@@ -121,8 +102,8 @@ def set_paused(store: Store, model: str, paused: bool, now: datetime, actor: str
              "claims stopped" if paused else "claims resumed", 0)
         tracked = next((t for t in store.tracked if t.name == model), None)
         if not paused and tracked is not None:
-            _notify(store, conn, tracked)
-    _local_wakeups.wake(store.wake_key)
+            _wake_sender.notify(conn, store.dialect, tracked.table.name)
+    _wake_sender.wake(store.wake_key)
     return True
 
 
@@ -177,9 +158,3 @@ def _log(
         created_at=now, actor=actor[:255], action=action, model=model,
         row_pk=None if pk is None else str(pk), detail=detail, affected=affected,
     ))
-
-
-def _notify(store: Store, conn: Connection, t: TrackedModel) -> None:
-    notify = store.dialect.notify_sql()
-    if notify is not None:
-        conn.execute(text(notify), {"table": t.table.name})
