@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from stator import ManualClock, State, StateGraph, Stator, _policy
 from stator._policy import Failed, Write
-from stator._store import _store
+from stator._store import _wake_sender
 
 
 class Quick(StateGraph):
@@ -143,7 +143,7 @@ def test_a_write_back_of_moves_is_one_round_trip_and_still_wakes_listeners(
 def test_a_write_back_without_a_notify_due_is_one_round_trip(
     backend, clock, build_models, make_stator, monkeypatch
 ):
-    monkeypatch.setattr(_store, "NOTIFY_EVERY", 3600.0)
+    monkeypatch.setattr(_wake_sender, "NOTIFY_EVERY", 3600.0)
     models = build_models(Quick)
     stator = make_stator(backend, [models.Order], clock)
     insert(stator, models.Order, 1, 2)

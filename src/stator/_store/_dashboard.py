@@ -485,11 +485,6 @@ def error_groups(
 # -- pausing -------------------------------------------------------------------------------
 
 
-def paused_models(conn: Connection) -> frozenset[str]:
-    p = _schema.paused_table
-    return frozenset(conn.execute(select(p.c.model)).scalars())
-
-
 def paused_info(store: Store) -> dict[str, dict[str, Any]]:
     p = _schema.paused_table
     with store.engine.connect() as conn:

@@ -38,7 +38,7 @@ from .._policy import Claimed, Write
 from .._types import UTCDateTime
 from ..django.fields import StatorDateTimeField
 from ..errors import ConfigError
-from . import _schema, _unreadable
+from . import _schema, _unreadable, _wake_sender
 from ._dialects import BEGIN_OPTION, dialect_for, with_client_settings
 from ._store import WRITE, Store, writer_lock
 from ._tracked import TrackedModel
@@ -195,7 +195,7 @@ class DjangoStore(Store):
         self.engine = django_engine(alias)
         self.dialect = dialect_for(self.engine)
         self._datetime = UTCDateTime()
-        self._notified: dict[str, float] = {}
+        self._notify_limit = _wake_sender.NotifyLimit()
         self._writer = writer_lock(self.dialect)
         self.tracked = [self._track(m) for m in models]
         self._shapes: dict[str, _RowShape] = {}

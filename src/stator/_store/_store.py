@@ -19,7 +19,6 @@ import os
 import socket
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -47,7 +46,7 @@ from .._policy import Claimed, Write, first_due
 from .._types import UTCDateTime, to_sqlite_text
 from ..errors import ConfigError, SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
-from . import _dashboard, _schema, _unreadable
+from . import _dashboard, _schema, _unreadable, _wake_sender
 from ._dialects import BEGIN_OPTION, SqlDialect, dialect_for, use_wal, with_client_settings
 from ._sessions import SessionScopes
 from ._tracked import TrackedModel
@@ -55,7 +54,6 @@ from .interface import INLINE, DueDepth, HandlerScopes
 
 WRITE = {BEGIN_OPTION: "immediate"}
 READ = {BEGIN_OPTION: "deferred"}
-NOTIFY_EVERY = 0.1  # seconds
 SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
 
@@ -72,7 +70,7 @@ class Store:
             [s.timeout for t in self.tracked for s in t.graph.states.values() if s.automatic],
         )
         self._datetime = UTCDateTime()
-        self._notified: dict[str, float] = {}
+        self._notify_limit = _wake_sender.NotifyLimit()
         self._loaders: dict[str, _Loader] = {}
         self._writer = writer_lock(self.dialect)
 
@@ -499,30 +497,19 @@ class Store:
         return applied
 
     def _notify_moves(self, conn: Connection, tracked: TrackedModel) -> None:
-        """Tell idle workers elsewhere that rows moved (and may be due).  At most one NOTIFY
-        per model per NOTIFY_EVERY: a busy worker picks its own moved rows up anyway, so a
-        notification per batch would cost a round trip per batch for nothing."""
-        notify = self.dialect.notify_sql()
-        if notify is not None and self._notify_due(tracked):
-            conn.execute(text(notify), {"table": tracked.table.name})
+        """Tell idle workers elsewhere that rows moved (and may be due), within the rate
+        limit (``_wake_sender.NotifyLimit``)."""
+        if self._notify_due(tracked):
+            _wake_sender.notify(conn, self.dialect, tracked.table.name)
 
     def _notify_due(self, tracked: TrackedModel) -> bool:
         """Whether a NOTIFY for ``tracked`` is due (see ``_notify_moves``); if so, it is
         counted as sent."""
-        now = time.monotonic()
-        if now - self._notified.get(tracked.name, -NOTIFY_EVERY) < NOTIFY_EVERY:
-            return False
-        self._notified[tracked.name] = now
-        return True
+        return self.dialect.notify_sql() is not None and self._notify_limit.due(tracked.name)
 
     def send_notification(self, payload: str) -> None:
         """A notification on the wake-up channel (the listener's check that they arrive)."""
-        notify = self.dialect.notify_sql()
-        if notify is not None:
-            with self.engine.connect() as conn:
-                conn.execute(text(notify), {"table": payload})
-                conn.commit()
-
+        _wake_sender.notify_now(self.engine, self.dialect, payload)
     def _payload(self, w: Write, history: bool = True) -> dict[str, Any]:
         """One write as a record of the statement's batch.  ``history``: the table keeps
         ``state_history`` (only then is ``changed_iso`` read; formatting it for nothing
