@@ -26,6 +26,9 @@ class SqlDialect:
     one_statement_writes = False  # a plain batch as one autocommit statement (see Store)
     row_by_row_writes = False  # fenced writes a row at a time on the DB-API connection
     single_writer = False  # one writer at a time: this process's writes take turns first
+    # Times kept as text whose spelling varies by writer: equal instants may not compare
+    # equal in SQL, so a fence on a time shown to an operator compares them in Python.
+    times_as_text = False
     # A condition the claim's UPDATE carries that makes its commit not wait for the disk
     # (see ``PostgresDialect``); empty where commits cost no such wait.
     lease_commit = ""
@@ -85,6 +88,7 @@ class SqliteDialect(SqlDialect):
     name = "sqlite"
     row_by_row_writes = True
     single_writer = True
+    times_as_text = True
 
     def ts(self, value: datetime) -> Any:
         return to_sqlite_text(value)

@@ -126,7 +126,7 @@ def _fence(
     this = table.c[t.pk] == pk
     if seen_next is None:
         return [this, table.c.state == seen_state, table.c.state_next.is_(None)]
-    if store.dialect.name != "sqlite":
+    if not store.dialect.times_as_text:
         return [this, table.c.state == seen_state, table.c.state_next == seen_next]
     # SQLite keeps times as text, spelt differently by different writers, so the instants
     # are compared here; this transaction holds SQLite's write lock (BEGIN IMMEDIATE), so
