@@ -253,7 +253,7 @@ def test_a_claims_commit_does_not_wait_for_the_disk(backend, clock, build_models
     stator = make_stator(backend, [models.Order], clock)
     insert(stator, models.Order, 1, 2)
     (tracked,) = stator.store.tracked
-    params = stator.store._claim_params(tracked, clock.now(), 1)
+    params = stator.store.ops.claim_params(tracked, clock.now(), 1)
     with stator.engine.connect() as conn:
         with conn.begin():
             assert len(conn.execute(text(tracked.sql.claim or ""), params).all()) == 1

@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from stator import State, StateGraph
 from stator._store._unreadable import SET_ASIDE
+from stator._types import UTCDateTime
 
 
 class Steps(StateGraph):
@@ -68,7 +69,7 @@ def test_a_row_that_cannot_be_read_is_recorded_and_set_aside_and_the_rest_run(
     assert found[3] == ("new", 1)  # one attempt counted: "failing" in status and dashboard
     with stator.engine.connect() as conn:
         held = conn.execute(text("SELECT state_next FROM orders WHERE id = 3")).scalar()
-    assert stator.store._datetime.process_result_value(held, stator.engine.dialect) == (
+    assert UTCDateTime().process_result_value(held, stator.engine.dialect) == (
         clock.now() + SET_ASIDE)
     report = stator.status()
     [error] = report["errors"]

@@ -126,8 +126,8 @@ class Stator:
         then finds no schema and is disabled.  Returns what it did."""
         from ._launcher._messages import has_table, send_message
         from ._store import BEGIN_OPTION
+        from ._store._migrate import missing_sqlite_file
         from ._store._schema import uninstall
-        from ._store._store import missing_sqlite_file
 
         if missing_sqlite_file(self.engine) is not None:
             return []  # nothing to remove, and no empty file to leave behind

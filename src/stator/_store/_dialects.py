@@ -29,6 +29,7 @@ class SqlDialect:
     # Times kept as text whose spelling varies by writer: equal instants may not compare
     # equal in SQL, so a fence on a time shown to an operator compares them in Python.
     times_as_text = False
+    autocommit_claims = False  # a claim runs as one autocommit statement, not in BEGIN…COMMIT
     # A condition the claim's UPDATE carries that makes its commit not wait for the disk
     # (see ``PostgresDialect``); empty where commits cost no such wait.
     lease_commit = ""
@@ -127,6 +128,7 @@ class PostgresDialect(SqlDialect):
     name = "postgresql"
     listen_notify = True
     one_statement_writes = True
+    autocommit_claims = True
     skip_locked = " FOR UPDATE SKIP LOCKED"
     # A claim only grants a lease, and losing a lease is already handled: the fence refuses
     # its holder's write and the row is claimed again.  So the claim's commit need not wait
@@ -301,6 +303,18 @@ def with_client_settings(params: dict[str, Any]) -> dict[str, Any]:
         text = threshold.strip().lower()
         merged["prepare_threshold"] = None if text in ("", "none", "off") else int(text)
     return merged
+
+
+def listen_connection(engine: Engine, listen_url: str | None = None) -> Any:
+    """A psycopg connection of its own (outside any pool) for LISTEN, in autocommit mode: to
+    ``listen_url`` if given (past a pooler, straight to the server), else to ``engine``'s
+    database."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = engine.url if listen_url is None else make_url(listen_url)
+    args, kwargs = engine.dialect.create_connect_args(url)
+    return psycopg.connect(*args, **with_client_settings(dict(kwargs)), autocommit=True)
 
 
 def configure_postgres(engine: Engine, idle_limit: float) -> None:

@@ -46,7 +46,7 @@ from ._tracked import TrackedModel
 
 if TYPE_CHECKING:
     from .._policy import Write
-    from ._store import Store
+    from ._operations import SqlOperations
     from .interface import Driver
 
 log = logging.getLogger("stator.worker")
@@ -72,7 +72,7 @@ def is_unreadable(exc: BaseException) -> bool:
 
 
 def claim_setting_aside(
-    store: Store, tracked: TrackedModel, now: datetime, params: dict[str, Any],
+    store: SqlOperations, tracked: TrackedModel, now: datetime, params: dict[str, Any],
     claim: Callable[[], T],
 ) -> T:
     """``claim()``; when it meets rows it cannot read, set them aside and claim again."""
@@ -95,7 +95,7 @@ class Unreadable:
 
 
 def set_aside(
-    store: Store, tracked: TrackedModel, now: datetime, params: dict[str, Any]
+    store: SqlOperations, tracked: TrackedModel, now: datetime, params: dict[str, Any]
 ) -> int:
     """Find the rows the claim with ``params`` could not read, record and set them aside,
     and hand back the readable rows it leased; returns how many were set aside."""
@@ -134,12 +134,12 @@ def set_aside(
 
 
 def _unreadable(
-    store: Store, conn: Connection, tracked: TrackedModel, key: Any, state: str,
+    store: SqlOperations, conn: Connection, tracked: TrackedModel, key: Any, state: str,
     until: datetime,
 ) -> Unreadable | None:
     """The row ``key`` as the claim would load it; None if that works."""
     try:
-        store.load_one(conn, tracked, key)
+        store.driver.load_one(conn, tracked, key)
         return None
     except Exception as exc:
         if not is_unreadable(exc):
@@ -222,7 +222,7 @@ def is_unwritable(exc: BaseException) -> bool:
 
 
 def write_row_by_row(
-    store: Store, present: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str
+    store: SqlOperations, present: Sequence[tuple[TrackedModel, Sequence[Write]]], worker_id: str
 ) -> dict[str, set[Any]]:
     """``Store.write_all`` one row at a time; a row the database refuses is set aside.
     Returns the primary keys whose fence no longer held, per model."""
@@ -241,7 +241,7 @@ def write_row_by_row(
 
 
 def _set_aside_refused(
-    store: Store, tracked: TrackedModel, write: Write, exc: BaseException, worker_id: str
+    store: SqlOperations, tracked: TrackedModel, write: Write, exc: BaseException, worker_id: str
 ) -> bool:
     """Set aside the row whose write the database refused (fenced like that write, nothing
     else changed) and record why; False if the fence no longer held."""

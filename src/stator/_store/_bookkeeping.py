@@ -1,0 +1,108 @@
+"""Stator's own records of a database's workers, stats and errors, shared by both drivers.
+
+What ``stator status``, the dashboard and the worker's housekeeping read and write, through
+the driver's engine: the rows of ``stator_workers``, ``stator_stats``, ``stator_edge_stats``
+and ``stator_errors`` (``_schema.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, insert, select
+
+from . import _schema
+from ._operations import WRITE
+
+
+class Bookkeeping:
+    """The workers, stats and errors tables of one database (held by a driver)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def heartbeat(
+        self, worker_id: str, started: datetime, now: datetime, concurrency: int,
+        models: list[str], threads: dict[str, str], pid: int,
+    ) -> None:
+        row = {
+            "hostname": socket.gethostname(), "pid": pid, "started_at": started,
+            "last_seen": now, "concurrency": concurrency, "models": ",".join(models),
+            "threads": json.dumps(threads),
+        }
+        table = _schema.workers_table
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            updated = conn.execute(
+                table.update().where(table.c.id == worker_id).values(**row)
+            ).rowcount
+            if not updated:
+                conn.execute(insert(table).values(id=worker_id, **row))
+
+    def forget_worker(self, worker_id: str) -> None:
+        table = _schema.workers_table
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            conn.execute(delete(table).where(table.c.id == worker_id))
+
+    def record_stats(
+        self, rows: list[dict[str, Any]], prune_before: datetime,
+        edges: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """One stats period per model, and its transitions per edge (``edges``)."""
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            if rows:
+                conn.execute(insert(_schema.stats_table), rows)
+            if edges:
+                conn.execute(insert(_schema.edge_stats_table), list(edges))
+            edge_stats = _schema.edge_stats_table
+            conn.execute(delete(edge_stats).where(edge_stats.c.period_end < prune_before))
+            stats, errors, workers = (
+                _schema.stats_table, _schema.errors_table, _schema.workers_table
+            )
+            conn.execute(delete(stats).where(stats.c.period_end < prune_before))
+            conn.execute(delete(errors).where(errors.c.created_at < prune_before))
+            conn.execute(delete(workers).where(workers.c.last_seen < prune_before))
+
+    def recent_stats(self, since: datetime) -> list[dict[str, Any]]:
+        s = _schema.stats_table
+        query = (
+            select(
+                s.c.model, func.sum(s.c.processed), func.sum(s.c.transitions),
+                func.sum(s.c.errors), func.sum(s.c.timeouts), func.sum(s.c.lost),
+                func.max(s.c.lag_seconds),
+            )
+            .where(s.c.period_end >= since)
+            .group_by(s.c.model)
+        )
+        with self.engine.connect() as conn:
+            return [
+                {"model": m, "processed": int(p or 0), "transitions": int(tr or 0),
+                 "errors": int(e or 0), "timeouts": int(to or 0), "lost": int(lo or 0),
+                 "max_lag": float(lag or 0)}
+                for m, p, tr, e, to, lo, lag in conn.execute(query)
+            ]
+
+    def recent_errors(
+        self, limit: int = 20, models: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest errors, of ``models`` only if given (another app may share the
+        database and Stator's tables)."""
+        e = _schema.errors_table
+        query = select(e).order_by(e.c.id.desc()).limit(limit)
+        if models is not None:
+            query = query.where(e.c.model.in_(list(models)))
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    def workers(self, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Workers that run any of ``models`` (all workers if not given)."""
+        w = _schema.workers_table
+        with self.engine.connect() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(select(w).order_by(w.c.started_at))]
+        if models is None:
+            return rows
+        wanted = set(models)
+        return [r for r in rows if wanted & set(r["models"].split(","))]

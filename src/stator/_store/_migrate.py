@@ -1,0 +1,244 @@
+"""A database's readiness and the schema the SQLAlchemy driver migrates.
+
+``SchemaKeeper`` creates Stator's own tables and, for the SQLAlchemy driver, the tracked
+tables and their Stator columns (added to tables that exist, with defaults that treat the
+existing rows as inserted now); it installs the wake-up trigger where the database has
+NOTIFY, and says what a database lacks before a worker runs on it (``problems``).  The Django
+driver uses the parts Django's migrations leave to it (Stator's tables, the trigger,
+``problems``).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.schema import CreateTable
+
+from .._policy import first_due
+from ..errors import SchemaError
+from ..sqlalchemy import STATOR_COLUMNS
+from . import _schema
+from ._dialects import SqlDialect, use_wal
+from ._operations import WRITE
+from ._tracked import TrackedModel
+
+SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate
+
+
+class SchemaKeeper:
+    """The schema of one database as a driver sees it (``migrate_hint``: how its users
+    migrate, named in every problem found)."""
+
+    def __init__(
+        self, engine: Engine, dialect: SqlDialect, tracked: list[TrackedModel], migrate_hint: str
+    ) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self.tracked = tracked
+        self.migrate_hint = migrate_hint
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade Stator's tables and the tracked tables' columns; idempotent."""
+        done: list[str] = []
+        read_only = read_only_sqlite(self.engine)
+        if read_only is not None:
+            raise SchemaError(read_only)
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            applied = _schema.upgrade(conn)
+            if applied:
+                done.append(f"stator schema upgraded to version {_schema.SCHEMA_VERSION}")
+            for tracked in self.tracked:
+                done.extend(self._migrate_table(conn, tracked))
+        if self.dialect.name == "sqlite":
+            use_wal(self.engine)
+        return done
+
+    def _migrate_table(self, conn: Connection, tracked: TrackedModel) -> list[str]:
+        insp = inspect(conn)
+        table = tracked.table
+        if not insp.has_table(table.name):
+            table.create(conn)
+            return [f"created table {table.name}", *self.install_notify(conn, tracked)]
+        done = []
+        existing = {c["name"] for c in insp.get_columns(table.name)}
+        added = [name for name in STATOR_COLUMNS if name not in existing]
+        now = datetime.now(UTC)  # existing rows are treated as inserted now
+        for name in added:
+            conn.execute(text(self._add_column_sql(tracked, name, conn, now)))
+            if self.dialect.name == "postgresql":
+                # That constant default only fills the existing rows; later inserts need
+                # the model's own (the database's now, not the migration's).
+                conn.execute(text(self._restore_default_sql(tracked, name, conn)))
+            done.append(f"added column {table.name}.{name}")
+        if self.dialect.name == "sqlite" and {"state_changed", "state_next"} & set(added):
+            done.extend(self._sqlite_time_defaults(conn, tracked))
+        indexes = {ix["name"] for ix in insp.get_indexes(table.name)}
+        for index in table.indexes:
+            if index.name not in indexes and all(c.name in STATOR_COLUMNS for c in index.columns):
+                index.create(conn)
+                done.append(f"created index {index.name}")
+        return done + self.install_notify(conn, tracked)
+
+    def _add_column_sql(
+        self, tracked: TrackedModel, name: str, conn: Connection, now: datetime
+    ) -> str:
+        column = tracked.table.c[name]
+        sqltype = column.type.compile(conn.dialect)
+        initial = tracked.graph.initial_state
+        due = first_due(initial, now)
+        # Existing rows enter the initial state now, as if inserted now.  SQLite only
+        # accepts constant defaults when adding a column: there the constant is a sentinel
+        # that an insert trigger replaces with the insert's own time (_sqlite_time_defaults).
+        changed: str | None = SQLITE_ADDED_SENTINEL
+        scheduled: str | None = SQLITE_ADDED_SENTINEL
+        if self.dialect.name != "sqlite":
+            changed, scheduled = self.dialect.ts_json(now), self.dialect.ts_json(due)
+        default = {
+            "state": f"'{initial.name}'",
+            "state_changed": f"'{changed}'",
+            "state_next": "NULL" if due is None else f"'{scheduled}'",
+            "state_attempts": "0",
+        }[name]
+        null = "NULL" if column.nullable else "NOT NULL"
+        table = tracked.quoted_table
+        return f"ALTER TABLE {table} ADD COLUMN {name} {sqltype} {null} DEFAULT {default}"
+
+    def _sqlite_time_defaults(self, conn: Connection, tracked: TrackedModel) -> list[str]:
+        """Give rows inserted later the model's time defaults, which SQLite cannot set on a
+        column it adds: existing rows get the migration's time, new rows their own."""
+        table, pk = tracked.quoted_table, tracked.quoted_pk
+        changed = _default_sql(tracked.table.c.state_changed, conn)
+        scheduled = _default_sql(tracked.table.c.state_next, conn)
+        sentinel = f"'{SQLITE_ADDED_SENTINEL}'"
+        conn.execute(text(
+            f"UPDATE {table} SET state_changed = {changed}, state_next = CASE WHEN "
+            f"state_next = {sentinel} THEN {scheduled} ELSE state_next END "
+            f"WHERE state_changed = {sentinel}"
+        ))
+        trigger = conn.dialect.identifier_preparer.quote(f"stator_defaults_{tracked.table.name}")
+        conn.execute(text(
+            f"CREATE TRIGGER IF NOT EXISTS {trigger} AFTER INSERT ON {table} FOR EACH ROW "
+            f"WHEN NEW.state_changed = {sentinel} OR NEW.state_next = {sentinel} BEGIN "
+            f"UPDATE {table} SET "
+            f"state_changed = CASE WHEN NEW.state_changed = {sentinel} THEN {changed} "
+            f"ELSE NEW.state_changed END, "
+            f"state_next = CASE WHEN NEW.state_next = {sentinel} THEN {scheduled} "
+            f"ELSE NEW.state_next END WHERE {pk} = NEW.{pk}; END"
+        ))
+        return [f"installed time-default trigger {trigger}"]
+
+    def _restore_default_sql(self, tracked: TrackedModel, name: str, conn: Connection) -> str:
+        column = tracked.table.c[name]
+        ddl = conn.dialect.ddl_compiler(conn.dialect, CreateTable(tracked.table))
+        default = ddl.get_column_default_string(column)
+        action = "DROP DEFAULT" if default is None else f"SET DEFAULT {default}"
+        return f"ALTER TABLE {tracked.quoted_table} ALTER COLUMN {name} {action}"
+
+    def install_notify(self, conn: Connection, tracked: TrackedModel) -> list[str]:
+        if self.dialect.name != "postgresql":
+            return []
+        conn.execute(text(
+            "CREATE OR REPLACE FUNCTION stator_notify() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_notify('stator', TG_TABLE_NAME); RETURN NULL; END $$"
+        ))
+        trigger = f"stator_notify_{tracked.table.name}"
+        exists = conn.execute(
+            text("SELECT 1 FROM pg_trigger WHERE tgname = :name AND NOT tgisinternal "
+                 "AND tgrelid = CAST(:table AS regclass)"),
+            {"name": trigger, "table": tracked.quoted_table},  # regclass parses the quoting
+        ).first()
+        if exists:
+            return []
+        conn.execute(text(
+            f"CREATE TRIGGER {conn.dialect.identifier_preparer.quote(trigger)} AFTER INSERT "
+            f"ON {tracked.quoted_table} FOR EACH STATEMENT EXECUTE FUNCTION stator_notify()"
+        ))
+        return [f"installed wake-up trigger on {tracked.table.name}"]
+
+    def problems(self) -> list[str]:
+        """Why this database is not ready to be run, each with its fix; empty when ready."""
+        nowhere = missing_sqlite_file(self.engine)
+        if nowhere is not None:  # connecting would create an empty file there
+            return [f"no database at {nowhere}; run `stator migrate APP` first"]
+        read_only = read_only_sqlite(self.engine)
+        if read_only is not None:
+            return [read_only]
+        with self.engine.connect() as conn:
+            version = _schema.current_version(conn)
+            if version is None:
+                return [f"the database has no Stator tables: {self.migrate_hint}"]
+            if version > _schema.SCHEMA_VERSION:
+                return [
+                    f"the database's Stator schema is version {version}, newer than this "
+                    f"Stator ({_schema.SCHEMA_VERSION}): upgrade the stator-engine package"
+                ]
+            found = []
+            if version < _schema.SCHEMA_VERSION:
+                found.append(f"the Stator schema is version {version}: {self.migrate_hint}")
+            insp = inspect(conn)
+            for tracked in self.tracked:
+                name = tracked.table.name
+                if not insp.has_table(name):
+                    found.append(f"table {name} does not exist: {self.migrate_hint}")
+                    continue
+                columns = {c["name"] for c in insp.get_columns(name)}
+                missing = [c for c in STATOR_COLUMNS if c not in columns]
+                if missing:
+                    lacking = ", ".join(missing)
+                    found.append(
+                        f"table {name} lacks Stator column(s) {lacking}: {self.migrate_hint}"
+                    )
+            return found
+
+    def check_ready(self) -> None:
+        found = self.problems()
+        if found:
+            raise SchemaError("; ".join(found))
+
+
+def missing_sqlite_file(engine: Engine) -> Path | None:
+    """The path of a SQLite database file that does not exist (yet), else None."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith("file:"):
+        return None  # a URI names its file its own way; leave it to SQLite
+    path = Path(url.database)
+    return None if path.exists() else path
+
+
+def read_only_sqlite(engine: Engine) -> str | None:
+    """Why a SQLite database file cannot be used, if it lies on a read-only filesystem.
+
+    SQLite would only say "unable to open database file" (it cannot create the WAL's files
+    beside it), which sends one looking for a wrong path.  A file that is merely not writable
+    by this user is SQLite's to report ("readonly database")."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith("file:"):
+        return None  # a URI may ask for read-only on purpose (mode=ro, immutable)
+    path = Path(url.database)
+    for place in (path, path.parent):
+        try:
+            flags = os.statvfs(place).f_flag
+        except OSError:
+            continue
+        if flags & os.ST_RDONLY:
+            return (
+                f"the SQLite database {path} is on a read-only filesystem: Stator writes to it "
+                f"and SQLite needs to create {path.name}-wal and {path.name}-shm beside it; "
+                "remount it read-write or copy the database to a writable place"
+            )
+    return None
+
+
+def _default_sql(column: Any, conn: Connection) -> str:
+    default = column.server_default
+    if default is None:
+        return "NULL"
+    return str(default.arg.compile(dialect=conn.dialect))
