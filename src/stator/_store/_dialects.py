@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import URL, Engine, event
 
 from .._types import to_sqlite_text
 
@@ -30,6 +30,18 @@ class SqlDialect:
     # equal in SQL, so a fence on a time shown to an operator compares them in Python.
     times_as_text = False
     autocommit_claims = False  # a claim runs as one autocommit statement, not in BEGIN…COMMIT
+    # Adding a column takes only a constant default (see ``SchemaKeeper``), and a database
+    # made Stator's switches to write-ahead logging after ``migrate``.
+    constant_added_defaults = False
+    wal = False
+    # Statements may be prepared on the server (the Django driver's lent psycopg connections).
+    server_prepares = False
+    # Options of an engine built over connections Stator does not own (Django's).
+    lent_engine_options: dict[str, Any] = {}
+
+    def url_from_django(self, settings: dict[str, Any]) -> URL:
+        """A Django database's settings as a URL: Stator's name for it."""
+        raise NotImplementedError
     # A condition the claim's UPDATE carries that makes its commit not wait for the disk
     # (see ``PostgresDialect``); empty where commits cost no such wait.
     lease_commit = ""
@@ -87,6 +99,11 @@ class SqlDialect:
 
 class SqliteDialect(SqlDialect):
     name = "sqlite"
+    constant_added_defaults = True
+    wal = True
+
+    def url_from_django(self, settings: dict[str, Any]) -> URL:
+        return URL.create("sqlite", database=str(settings["NAME"]))
     row_by_row_writes = True
     single_writer = True
     times_as_text = True
@@ -129,6 +146,18 @@ class PostgresDialect(SqlDialect):
     listen_notify = True
     one_statement_writes = True
     autocommit_claims = True
+    server_prepares = True
+    # Nothing may register types on a lent connection (hstore's lookup also needs a real
+    # psycopg object, not the borrowed one).
+    lent_engine_options: dict[str, Any] = {"use_native_hstore": False}
+
+    def url_from_django(self, settings: dict[str, Any]) -> URL:
+        s = settings
+        return URL.create(
+            "postgresql+psycopg", username=s.get("USER") or None,
+            password=s.get("PASSWORD") or None, host=s.get("HOST") or None,
+            port=int(s["PORT"]) if s.get("PORT") else None, database=str(s["NAME"]),
+        )
     skip_locked = " FOR UPDATE SKIP LOCKED"
     # A claim only grants a lease, and losing a lease is already handled: the fence refuses
     # its holder's write and the row is claimed again.  So the claim's commit need not wait

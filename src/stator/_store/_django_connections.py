@@ -15,7 +15,7 @@ from sqlalchemy.pool import SingletonThreadPool
 
 from .. import _local_wakeups
 from ..errors import ConfigError
-from ._dialects import BEGIN_OPTION
+from ._dialects import BEGIN_OPTION, dialect_for
 
 # The begin mode of a claim (see ``django_engine``); SQLite claims take the write lock instead.
 AUTOCOMMIT = "autocommit"
@@ -29,16 +29,13 @@ POOL_THREADS = 1000  # SQLAlchemy's per-thread bookkeeping only; Django owns the
 def database_url(alias: str) -> URL:
     """The Django database as a URL: Stator's name for it in status output and wake-ups."""
     conn = connections[alias]
-    s = conn.settings_dict
-    if conn.vendor == "sqlite":
-        return URL.create("sqlite", database=str(s["NAME"]))
-    if conn.vendor == "postgresql":
-        return URL.create(
-            "postgresql+psycopg", username=s.get("USER") or None,
-            password=s.get("PASSWORD") or None, host=s.get("HOST") or None,
-            port=int(s["PORT"]) if s.get("PORT") else None, database=str(s["NAME"]),
-        )
-    raise ConfigError(f"Stator supports SQLite and PostgreSQL, not Django's {conn.vendor!r}")
+    try:
+        dialect = dialect_for(conn.vendor)
+    except ConfigError:
+        raise ConfigError(
+            f"Stator supports SQLite and PostgreSQL, not Django's {conn.vendor!r}"
+        ) from None
+    return dialect.url_from_django(conn.settings_dict)
 
 
 def wake_key(alias: str) -> str:
@@ -63,7 +60,9 @@ class _Borrowed:
         # server-side binding and psycopg's default threshold, so the fixed-shape claim and
         # write are prepared once per connection and not planned again on every call.
         options = self._django.settings_dict.get("OPTIONS") or {}
-        self._prepares = self._django.vendor == "postgresql" and "prepare_threshold" not in options
+        self._prepares = (
+            dialect_for(self._django.vendor).server_prepares and "prepare_threshold" not in options
+        )
 
     def _raw(self) -> Any:
         django = self._django
@@ -113,14 +112,12 @@ class _Borrowed:
 
 def django_engine(alias: str) -> Engine:
     url = database_url(alias)
-    # Nothing may register types on Django's connection (hstore's lookup also needs a real
-    # psycopg object, not the borrowed one).
-    extra = {"use_native_hstore": False} if url.get_backend_name() == "postgresql" else {}
+    dialect = dialect_for(url.get_backend_name())
     engine = create_engine(
         url, creator=lambda: _Borrowed(alias),
-        poolclass=SingletonThreadPool, pool_size=POOL_THREADS, **extra,
+        poolclass=SingletonThreadPool, pool_size=POOL_THREADS, **dialect.lent_engine_options,
     )
-    sqlite = engine.dialect.name == "sqlite"
+    single_writer = dialect.single_writer
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
@@ -128,11 +125,12 @@ def django_engine(alias: str) -> Engine:
         if borrowed.in_django_transaction():
             return  # a Django atomic block (a handler's, a TestCase's): join it
         mode = conn.get_execution_options().get(BEGIN_OPTION, "deferred")
-        if mode == AUTOCOMMIT and not sqlite and borrowed.django_autocommit():
+        if mode == AUTOCOMMIT and dialect.autocommit_claims and borrowed.django_autocommit():
             # A claim: one statement, atomic on its own.  Outside an atomic block Django
             # keeps psycopg in autocommit, so it runs as one round trip instead of three
             # (BEGIN, the UPDATE, COMMIT); the commit that follows finds nothing to do.
             return
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if sqlite and mode == "immediate" else "BEGIN")
+        immediate = single_writer and mode == "immediate"
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine

@@ -53,7 +53,7 @@ class SchemaKeeper:
                 done.append(f"stator schema upgraded to version {_schema.SCHEMA_VERSION}")
             for tracked in self.tracked:
                 done.extend(self._migrate_table(conn, tracked))
-        if self.dialect.name == "sqlite":
+        if self.dialect.wal:
             use_wal(self.engine)
         return done
 
@@ -69,12 +69,12 @@ class SchemaKeeper:
         now = datetime.now(UTC)  # existing rows are treated as inserted now
         for name in added:
             conn.execute(text(self._add_column_sql(tracked, name, conn, now)))
-            if self.dialect.name == "postgresql":
+            if not self.dialect.constant_added_defaults:
                 # That constant default only fills the existing rows; later inserts need
                 # the model's own (the database's now, not the migration's).
                 conn.execute(text(self._restore_default_sql(tracked, name, conn)))
             done.append(f"added column {table.name}.{name}")
-        if self.dialect.name == "sqlite" and {"state_changed", "state_next"} & set(added):
+        if self.dialect.constant_added_defaults and {"state_changed", "state_next"} & set(added):
             done.extend(self._sqlite_time_defaults(conn, tracked))
         indexes = {ix["name"] for ix in insp.get_indexes(table.name)}
         for index in table.indexes:
@@ -95,7 +95,7 @@ class SchemaKeeper:
         # that an insert trigger replaces with the insert's own time (_sqlite_time_defaults).
         changed: str | None = SQLITE_ADDED_SENTINEL
         scheduled: str | None = SQLITE_ADDED_SENTINEL
-        if self.dialect.name != "sqlite":
+        if not self.dialect.constant_added_defaults:
             changed, scheduled = self.dialect.ts_json(now), self.dialect.ts_json(due)
         default = {
             "state": f"'{initial.name}'",
@@ -139,7 +139,8 @@ class SchemaKeeper:
         return f"ALTER TABLE {tracked.quoted_table} ALTER COLUMN {name} {action}"
 
     def install_notify(self, conn: Connection, tracked: TrackedModel) -> list[str]:
-        if self.dialect.name != "postgresql":
+        """The wake-up trigger on ``tracked``'s table, where the database has NOTIFY."""
+        if not self.dialect.listen_notify:
             return []
         conn.execute(text(
             "CREATE OR REPLACE FUNCTION stator_notify() RETURNS trigger LANGUAGE plpgsql AS "
