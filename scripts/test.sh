@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test entry point, for people and CI alike: make a virtualenv, install the package
-# with its test extras, check types and style, run the whole suite (SQLite + PostgreSQL).
+# with its test extras, check types and style, build the docs, run the whole suite (SQLite +
+# PostgreSQL).
 # PostgreSQL is expected at 127.0.0.1:5432 (user postgres, trust auth); override with
 # STATOR_TEST_PG=postgresql+psycopg://user@host:port/postgres.
 # The Django tests run twice: with the main venv (Python 3.11, Django 5.2 LTS) and with a
@@ -47,9 +48,15 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e ".[test]"
+"$VENV/bin/python" -m pip install --quiet -e ".[test,docs]"
 "$VENV/bin/ruff" check src tests
 "$VENV/bin/mypy"
+# The documentation site (docs/, mkdocs.yml): a broken link or anchor, a page missing from the
+# navigation or an API name gone from the code fails the build. tests/test_docs.py runs its
+# code blocks.
+SITE=$(mktemp -d)
+trap 'rm -rf "$SITE"' EXIT
+"$VENV/bin/mkdocs" build --strict --quiet --site-dir "$SITE"
 "$VENV/bin/python" -m pytest "$@"
 
 # -- Python 3.12, Django 6.x: the Django tests again, the task backend among them ------------

@@ -1,5 +1,5 @@
 """The launcher's commands on bad input (one ``error:`` line, no traceback), and the
-README's example of sending a message, executed."""
+documentation's example of sending a message, executed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from stator._store._schema import messages_table
 
 from .conftest import Launch
 
-README = Path(__file__).parents[2] / "README.md"
+PAGE = Path(__file__).parents[2] / "docs" / "operations" / "launcher.md"
 
 
 def test_user_mistakes_get_one_error_line(launch: Launch) -> None:
@@ -34,15 +34,13 @@ def test_user_mistakes_get_one_error_line(launch: Launch) -> None:
         assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
 
 
-def test_the_readme_example_runs(launch: Launch) -> None:
-    text = README.read_text()
-    section = text[text.index("## The launcher"):text.index("## Performance")]
-    example = re.search(r"```python\n(.*?)```", section, re.S)
+def test_the_documented_example_runs(launch: Launch) -> None:
+    example = re.search(r"```python\n(.*?)```", PAGE.read_text(), re.S)
     assert example is not None
     url = launch.tenant("readme")
     engine = launch.stator(url).engine
     code = example.group(1).replace("timeout=10", "timeout=0.05")  # no launcher will answer
     namespace = {"Session": Session, "engine": engine, "log": logging.getLogger("readme")}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, str(PAGE), "exec"), namespace)
     with engine.connect() as conn:
         assert conn.execute(messages_table.select()).one().kind == "restart"
