@@ -82,9 +82,39 @@ launcher-url-parts|src/stator/_launcher/_children.py|    return URL.create(**par
 EOF
 )
 
+# Every guarding test must exist before any mutant is tried: pytest fails on an id it cannot
+# find, which would otherwise count as the mutant being killed.  One collection of them all;
+# each id must name at least one collected test (itself, its parametrizations, or a file's).
+unguarded=$(cut -d'|' -f1,5 <<< "$MUTANTS" | "$PYTHON" -c '
+import subprocess, sys
+table = [line.split("|", 1) for line in sys.stdin.read().splitlines() if line.strip()]
+ids = sorted({test for _, tests in table for test in tests.split()})
+
+def collected(selection):
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", *selection], capture_output=True, text=True)
+    return run.returncode, [line for line in run.stdout.splitlines() if "::" in line]
+
+code, nodes = collected(ids)
+if code != 0:  # some id is not found: collect one at a time to say which
+    nodes = [node for test in ids for node in collected([test])[1]]
+for name, tests in table:
+    for test in tests.split():
+        if not any(node == test or node.startswith((test + "[", test + "::")) for node in nodes):
+            print(f"{name}: {test}")
+')
+if [ -n "$unguarded" ]; then
+    while IFS= read -r line; do
+        echo "ERROR: guarding test collects nothing (missing or renamed), mutant not tried: $line"
+    done <<< "$unguarded"
+fi
+
 survived=()
 while IFS='|' read -r name file find replace tests; do
     [ -n "$name" ] || continue
+    if grep -q "^$name: " <<< "$unguarded"; then
+        continue
+    fi
     rm -rf "$SCRATCH/copy"
     mkdir "$SCRATCH/copy"
     cp -r src tests pyproject.toml "$SCRATCH/copy/"
@@ -111,8 +141,14 @@ PY
     fi
 done <<< "$MUTANTS"
 
+if [ -n "$unguarded" ]; then
+    echo "mutants whose guarding tests are missing: $(cut -d: -f1 <<< "$unguarded" | sort -u | tr '\n' ' ')" >&2
+fi
 if [ ${#survived[@]} -gt 0 ]; then
     echo "mutants that survived: ${survived[*]}" >&2
     exit 1
+fi
+if [ -n "$unguarded" ]; then
+    exit 2
 fi
 echo "every mutant killed"
