@@ -56,7 +56,7 @@ fi
 # code blocks.
 SITE=$(mktemp -d)
 trap 'rm -rf "$SITE"' EXIT
-"$VENV/bin/mkdocs" build --strict --quiet --site-dir "$SITE"
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$SITE"
 "$VENV/bin/python" -m pytest "$@"
 
 # -- Python 3.12, Django 6.x: the Django tests again, the task backend among them ------------
