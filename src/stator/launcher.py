@@ -12,7 +12,7 @@ rolls back.  Wait for the launcher's answer after committing::
         print("the launcher did not restart the scheduler in time")
 """
 
-from ._launcher._machine import Message
 from ._launcher._messages import Reply, Sent, send_message
+from ._launcher._steps import Message
 
 __all__ = ["Message", "Reply", "Sent", "send_message"]

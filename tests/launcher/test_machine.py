@@ -12,17 +12,13 @@ import random
 
 import pytest
 
-from stator._launcher._machine import (
+from stator._launcher._machine import Backoff, Effect, Entry, Machine, SlotPool
+from stator._launcher._steps import (
     AUTOMATIC_STEPS,
     MESSAGE_STEPS,
     Action,
-    Backoff,
     DbState,
-    Effect,
-    Entry,
-    Machine,
     Message,
-    SlotPool,
     Trigger,
 )
 

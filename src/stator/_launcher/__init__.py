@@ -15,8 +15,8 @@ Modules, one concept each:
 ``_report``      ``stator launcher-status``: the state file made readable
 """
 
-from ._machine import DbState, Message
 from ._messages import Reply, Sent, send_message
+from ._steps import DbState, Message
 from ._supervisor import Launcher, LauncherOptions
 
 __all__ = ["DbState", "Launcher", "LauncherOptions", "Message", "Reply", "Sent", "send_message"]

@@ -24,6 +24,7 @@ from sqlalchemy import URL, create_engine, make_url, text
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
+from .._store._dialects import SqlDialect, dialect_for
 from .._urls import shown
 from ..errors import ConfigError
 
@@ -46,8 +47,15 @@ class Target:
         return self.url.get_backend_name()
 
     @property
+    def dialect(self) -> SqlDialect:
+        return dialect_for(self.backend)
+
+    @property
     def path(self) -> Path | None:
-        return Path(self.url.database) if self.backend == "sqlite" and self.url.database else None
+        """The database's file, where a database is one (watched for changes)."""
+        if self.dialect.database_is_file and self.url.database:
+            return Path(self.url.database)
+        return None
 
     @classmethod
     def of(cls, url: URL) -> Target:
@@ -80,18 +88,16 @@ def normalize(url: str | URL, base: Path | None = None) -> URL:
             f"not a database URL: {shown(url)!r} (try sqlite:///tenants/*.db or "
             "postgresql://host/)"
         ) from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        database = parsed.database
-        if not database or database == ":memory:" or database.startswith("file:"):
-            raise ConfigError(f"the launcher needs SQLite files, not {shown(url)!r}")
-        path = os.path.abspath(os.path.join(base or os.getcwd(), database))
-        return parsed.set(drivername="sqlite", database=path)
-    if backend == "postgresql":
-        return parsed.set(drivername="postgresql+psycopg")
-    raise ConfigError(
-        f"the launcher supports sqlite:// and postgresql:// URLs, not {shown(url)!r}"
-    )
+    try:
+        dialect = dialect_for(parsed.get_backend_name())
+    except ConfigError:
+        raise ConfigError(
+            f"the launcher supports sqlite:// and postgresql:// URLs, not {shown(url)!r}"
+        ) from None
+    canonical = dialect.canonical_url(parsed, str(base or os.getcwd()))
+    if canonical is None:
+        raise ConfigError(f"the launcher needs SQLite files, not {shown(url)!r}")
+    return canonical
 
 
 class Source(Protocol):
@@ -129,17 +135,17 @@ class PostgresServer:
         self.pattern = url.database or "*"
         self.description = key_of(url)
         self.refused: set[str] = set()
+        dialect = dialect_for(url.get_backend_name())
+        assert dialect.list_databases_sql is not None
+        self.list_sql = dialect.list_databases_sql
         self.engine = create_engine(
-            url.set(database="postgres"), poolclass=NullPool,
+            url.set(database=dialect.maintenance_database), poolclass=NullPool,
             connect_args={"connect_timeout": 5},
         )
 
     def scan(self) -> dict[str, Target]:
         with self.engine.connect() as conn:
-            names = conn.execute(text(
-                "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate "
-                "ORDER BY datname"
-            )).scalars().all()
+            names = conn.execute(text(self.list_sql)).scalars().all()
         found = {}
         for name in names:
             if not fnmatch.fnmatchcase(name, self.pattern):
@@ -181,7 +187,7 @@ def discover_source(text: str, base: Path | None = None) -> Source:
     """A ``--discover`` argument: a SQLite glob or a PostgreSQL server (with an optional
     database-name pattern)."""
     url = normalize(text, base)
-    if url.get_backend_name() == "sqlite":
+    if dialect_for(url.get_backend_name()).database_is_file:
         return SqliteGlob(url)
     return PostgresServer(url)
 
@@ -189,7 +195,7 @@ def discover_source(text: str, base: Path | None = None) -> Source:
 def explicit_source(text: str, base: Path | None = None) -> Source:
     """A ``--db`` argument: exactly one database."""
     url = normalize(text, base)
-    if url.get_backend_name() == "sqlite" and GLOB_CHARS & set(url.database or ""):
+    if Target.of(url).dialect.database_is_file and GLOB_CHARS & set(url.database or ""):
         raise ConfigError(
             f"--db takes one database; use --discover for a glob ({shown(text)})"
         )

@@ -20,14 +20,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Engine, delete, func, insert, inspect, select, update
+from sqlalchemy import Connection, Engine, delete, insert, inspect, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .._clock import Clock, SystemClock
+from .._store._dialects import dialect_for
 from .._store._schema import messages_table
 from ..errors import ConfigError, SchemaError
-from ._machine import Message
+from ._steps import Message
 
 log = logging.getLogger("stator.launcher")
 
@@ -115,8 +116,9 @@ def _insert(conn: Connection, message: Message, now: datetime) -> Sent:
         insert(messages_table).values(kind=message.value, sent_at=now, sender=sender)
     ).inserted_primary_key
     assert row_id is not None
-    if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_notify(CHANNEL, message.value)))
+    notify = dialect_for(conn.dialect.name).channel_notify_sql
+    if notify is not None:
+        conn.execute(text(notify), {"channel": CHANNEL, "payload": message.value})
     return Sent(id=int(row_id[0]), kind=message, engine=conn.engine)
 
 

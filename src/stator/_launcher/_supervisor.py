@@ -3,28 +3,23 @@
 Each wake-up (``step``) it reaps schedulers that ended, rediscovers the databases (at most
 once per ``--poll-every``), reads the messages of the databases that may have some (all of
 them every ``--discover-every``), lets the state machine take its automatic transitions,
-carries out the machine's effects on real processes, and writes the state file.  Then it
-sleeps -- on a self-pipe written by child watchers, the PostgreSQL listener, the wake-up
-FIFO and signal handlers -- until the earliest of those events or of its own deadlines (the
-next full round, a SQLite change check, a database's next due time, a slice running out).
-Nothing spins: every wait is on a condition with a timeout.
+carries out the machine's effects on real processes (``_processes``), and writes the state
+file (``_state_file``).  Then it sleeps (``_alarm``) -- on a self-pipe written by child
+watchers, the PostgreSQL listener, the wake-up FIFO and signal handlers -- until the
+earliest of those events or of its own deadlines (the next full round, a SQLite change
+check, a database's next due time, a slice running out).  Nothing spins: every wait is on a
+condition with a timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import selectors
 import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
-from pathlib import Path
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,6 +27,7 @@ from .._clock import Clock, SystemClock
 from .._outage import Outage, short
 from ..errors import ConfigError
 from . import _children
+from ._alarm import Alarm
 from ._children import EXIT_IDLE, EXIT_NO_SCHEMA, Child, SchedulerCommand
 from ._discovery import (
     Source,
@@ -42,34 +38,18 @@ from ._discovery import (
     normalize,
 )
 from ._listener import Listener
-from ._machine import Action, Backoff, DbState, Machine, Message, Outcome, Trigger
-from ._place import DEFAULT_PLACE, Place
+from ._machine import Backoff, Machine, Outcome
+from ._options import LauncherOptions
+from ._place import Place
+from ._processes import Schedulers
+from ._state_file import StateFile
+from ._steps import Action, DbState, Message, Trigger
 from ._tenant import Tenant
 
 log = logging.getLogger("stator.launcher")
 
 RETRY_START = 1.0  # seconds before trying again to start a scheduler that failed to start
 IDLE_RECHECK = 1.0  # least wait before restarting a scheduler that has just gone idle
-
-
-@dataclass
-class LauncherOptions:
-    app: str
-    discover: Sequence[str] = ()
-    databases: Sequence[str] = ()
-    max_workers: int = 4
-    control: Path = DEFAULT_PLACE
-    discover_every: float = 10.0
-    poll_every: float = 1.0
-    idle_window: float = 5.0
-    slice: float = 60.0
-    stop_grace: float = 10.0
-    backoff_floor: float = 5.0
-    backoff_max: float = 300.0
-    listen_max: int = 32
-    concurrency: int | None = None
-    log_level: str = "INFO"
-    cwd: Path = field(default_factory=Path.cwd)
 
 
 class Launcher:
@@ -80,7 +60,6 @@ class Launcher:
                               "itself, one for a scheduler")
         self.options = options
         self.models = list(models)
-        self.clock = clock or SystemClock()
         self.sources: list[Source] = [
             *(discover_source(d, options.cwd) for d in options.discover),
             *(explicit_source(u, options.cwd) for u in options.databases),
@@ -92,22 +71,21 @@ class Launcher:
             slice_seconds=options.slice,
         )
         self.place = Place(options.cwd / options.control)
-        self.command = SchedulerCommand(
+        self.clock = clock or SystemClock()
+        command = SchedulerCommand(
             app=options.app, idle_window=options.idle_window,
             concurrency=options.concurrency, log_level=options.log_level, cwd=options.cwd,
         )
+        self.schedulers = Schedulers(command, self.place, self.clock, options.stop_grace,
+                                     self.poke)
         self.targets: dict[str, Target] = {}
         self.tenants: dict[str, Tenant] = {}
-        self.children: dict[str, Child] = {}
+        self.children = self.schedulers.running
         self.polls = 0
         self.leftovers_stopped = 0
         self._stop = threading.Event()
         self._stop_reason = ""
-        self._pipe_r, self._pipe_w = os.pipe()
-        for fd in (self._pipe_r, self._pipe_w):
-            os.set_blocking(fd, False)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._pipe_r, selectors.EVENT_READ, "pipe")
+        self._alarm = Alarm()
         self._listener: Listener | None = None
         self._scanned: dict[int, dict[str, Target]] = {}
         self._scan_outages = [Outage(f"discovery ({s.description})") for s in self.sources]
@@ -117,10 +95,7 @@ class Launcher:
         self._next_discovery = 0.0
         self._next_scan = 0.0
         self._next_stat = 0.0
-        self._mono0 = time.monotonic()
-        self._wall0 = self.clock.now()
-        self._last_state = ""
-        self._state_outage = Outage("state file")
+        self.state_file = StateFile(self.place, self.clock)
 
     # -- running -----------------------------------------------------------------------------
 
@@ -128,15 +103,15 @@ class Launcher:
         """Hold the control place and supervise until ``stop``; then stop every scheduler."""
         self.place.acquire()
         try:
-            self._stop_leftovers()
-            self._selector.register(self.place.open_wake(), selectors.EVENT_READ, "fifo")
+            self.leftovers_stopped = self.schedulers.stop_leftovers()
+            self._alarm.watch_fifo(self.place.open_wake(), self.place.read_wake)
             log.info(
                 "launcher pid %d: %s, max %d workers (the launcher holds one), control %s",
                 os.getpid(), ", ".join(s.description for s in self.sources),
                 self.options.max_workers, self.place.path, extra={"action": "launcher_start"},
             )
             while not self._stop.is_set():
-                self._sleep(self.step())
+                self._heard_on_fifo(self._alarm.sleep(self.step()))
         finally:
             self._shutdown()
             self.place.release()
@@ -149,8 +124,7 @@ class Launcher:
         self.poke()
 
     def poke(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._pipe_w, b"x")
+        self._alarm.ring()
 
     def step(self) -> float:
         """One wake-up's work; returns how long the loop may sleep before the next one."""
@@ -186,17 +160,8 @@ class Launcher:
         self._update_listener()
         if full:
             self.polls += 1
-        self._write_state()
+        self.state_file.write(self)
         return self._sleep_time(time.monotonic())
-
-    def _sleep(self, seconds: float) -> None:
-        for key, _events in self._selector.select(seconds):
-            if key.data == "pipe":
-                with contextlib.suppress(BlockingIOError, OSError):
-                    while os.read(self._pipe_r, 4096):
-                        pass
-            elif key.data == "fifo":
-                self._heard_on_fifo(self.place.read_wake())
 
     def _heard_on_fifo(self, lines: list[str]) -> None:
         for line in lines:
@@ -216,7 +181,7 @@ class Launcher:
         deadline = self.machine.next_deadline(now)
         if deadline is not None:
             times.append(deadline)
-        times.extend(c.kill_at for c in self.children.values() if c.kill_at is not None)
+        times.extend(self.schedulers.kill_deadlines())
         if any(e.state is DbState.ALLOCATED for e in self.machine.entries.values()):
             times.append(now + RETRY_START)
         return max(min(times) - now, 0.0)
@@ -339,46 +304,23 @@ class Launcher:
             if effect.action is Action.START_SCHEDULER:
                 self._start(effect.key, effect.wait_for)
             elif effect.action is Action.TERMINATE_SCHEDULER:
-                child = self.children.pop(effect.key, None)
-                if child is not None:
-                    code = _children.terminate(child, self.options.stop_grace)
-                    log.info("stopped scheduler for %s (pid %d, exit code %d)", effect.key,
-                             child.pid, code, extra={"action": "scheduler_stop"})
+                self.schedulers.terminate(effect.key)
             elif effect.action is Action.ASK_TO_YIELD:
-                child = self.children.get(effect.key)
-                if child is not None:
-                    child.yield_asked = True
-                    _children.ask_to_stop(child, self.options.stop_grace)
-                    log.info("%s: scheduler (pid %d) yields its slot to a waiting database",
-                             effect.key, child.pid, extra={"action": "scheduler_yield"})
+                self.schedulers.ask_to_yield(effect.key)
 
     def _start(self, key: str, wait_for: int | None) -> None:
         target = self.targets.get(key)
         try:
             if target is None:
                 raise OSError("the database is no longer discovered")
-            child = _children.spawn(
-                self.command, key, target.url, wait_for,
-                self.place.log_path(key), self.poke, when=self.clock.now().isoformat(),
-            )
+            self.schedulers.start(key, target.url, wait_for)
         except OSError as exc:
             if self.machine.start_failed(key, f"cannot start a scheduler: {exc}"):
                 log.error("%s: cannot start a scheduler: %s (retrying)", key, exc,
                           extra={"action": "scheduler_start_failed"})
-            return
-        self.children[key] = child
-        log.info("started scheduler for %s (pid %d)%s", key, child.pid,
-                 f", after message {wait_for}" if wait_for is not None else "",
-                 extra={"action": "scheduler_start"})
 
     def _reap(self, now: float) -> None:
-        for key, child in list(self.children.items()):
-            _children.enforce_deadline(child)
-            code = child.exit_code()
-            if code is None:
-                continue
-            del self.children[key]
-            _children.close(child)
+        for key, child, code in self.schedulers.ended():
             self._exited(key, child, code, now)
 
     def _exited(self, key: str, child: Child, code: int, now: float) -> None:
@@ -419,7 +361,7 @@ class Launcher:
     def _update_listener(self) -> None:
         wanted = {
             key: self.targets[key].url for key in sorted(self.targets)
-            if self.targets[key].backend == "postgresql"
+            if self.targets[key].dialect.listen_notify
             and (entry := self.machine.entries.get(key)) is not None
             and entry.state is not DbState.DISABLED
         }
@@ -437,108 +379,15 @@ class Launcher:
 
     # -- start and end -----------------------------------------------------------------------
 
-    def _stop_leftovers(self) -> None:
-        try:
-            previous = self.place.read_state()
-        except ConfigError:
-            previous = None
-        for db in (previous or {}).get("databases", []):
-            pid, proc_start = db.get("pid"), db.get("proc_start")
-            if isinstance(pid, int) and _children.stop_leftover(
-                pid, proc_start, self.options.stop_grace
-            ):
-                self.leftovers_stopped += 1
-                log.warning("stopped scheduler pid %d for %s left by a previous launcher",
-                            pid, db.get("database"), extra={"action": "leftover_stopped"})
-
     def _shutdown(self) -> None:
-        children = list(self.children.values())
-        if children:
-            log.info("stopping %d scheduler(s) (%s)", len(children),
-                     self._stop_reason or "launcher exiting", extra={"action": "launcher_stop"})
-        _children.terminate_all(children, self.options.stop_grace)
-        self.children.clear()
+        self.schedulers.stop_all(self._stop_reason or "launcher exiting")
         if self._listener is not None:
             self._listener.close()
         for tenant in self.tenants.values():
             tenant.dispose()
         with contextlib.suppress(OSError):
-            self._write_state(running=False)
-        self._selector.close()
-        for fd in (self._pipe_r, self._pipe_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    # -- the state file ----------------------------------------------------------------------
-
-    def _wall(self, mono: float | None) -> str | None:
-        if mono is None:
-            return None
-        return (self._wall0 + timedelta(seconds=mono - self._mono0)).isoformat()
-
-    def snapshot(self, *, running: bool = True) -> dict[str, Any]:
-        now = time.monotonic()
-        databases = []
-        for key in sorted(self.machine.entries):
-            entry = self.machine.entries[key]
-            child = self.children.get(key)
-            since = entry.eligible_since()
-            databases.append({
-                "database": key,
-                "state": entry.state.value,
-                "slot": entry.holds_slot,
-                "pid": child.pid if child else None,
-                "proc_start": child.proc_start if child else None,
-                "started_at": self._wall(child.started) if child else None,
-                "starts": entry.starts,
-                "restarts": entry.restarts,
-                "last_exit": entry.last_exit,
-                "last_error": entry.last_error,
-                "wanted_at": self._wall(entry.wanted_at),
-                "waiting_since": self._wall(since) if entry.wants_slot(now) else None,
-                "backoff_until": (self._wall(entry.backoff_until)
-                                  if entry.backoff_until > now else None),
-                "wait_for_message": entry.wait_for,
-                "total_wait": round(entry.total_wait, 3),
-                "max_wait": round(entry.max_wait, 3),
-                "discovered": key in self.targets,
-            })
-        pool = self.machine.pool
-        return {
-            "launcher": {
-                "pid": os.getpid(),
-                "running": running,
-                "app": self.options.app,
-                "control": str(self.place.path),
-                "sources": [s.description for s in self.sources],
-                "started_at": self._wall0.isoformat(),
-                "max_workers": pool.capacity,
-                "slots_used": pool.used,
-                "slots_free": pool.free,
-                "waiting": len(self.machine.waiting(now)),
-                "exhaustion_episodes": self.machine.episodes,
-                "polls": self.polls,
-                "leftovers_stopped": self.leftovers_stopped,
-            },
-            "databases": databases,
-        }
-
-    def _write_state(self, *, running: bool = True) -> None:
-        state = self.snapshot(running=running)
-        text = json.dumps(state, sort_keys=True)
-        if text == self._last_state:
-            return
-        state["launcher"]["updated_at"] = self.clock.now().isoformat()
-        try:
-            self.place.write_state(state)
-        except OSError as exc:
-            if self._state_outage.failures == 0:
-                log.warning("cannot write %s: %s", self.place.state_path, exc,
-                            extra={"action": "state_write_failed"})
-            self._state_outage.failures += 1
-            return
-        self._state_outage.recovered()
-        self._last_state = text
+            self.state_file.write(self, running=False)
+        self._alarm.close()
 
 
 __all__ = ["Launcher", "LauncherOptions", "Message"]

@@ -7,6 +7,7 @@ these pieces are shared (``_tracked.py``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -96,6 +97,46 @@ class SqlDialect:
         """Set per-connection behaviour the engine relies on (``timeouts``: the states'
         handler deadlines, which bound how long a transaction may legitimately sit idle)."""
 
+    # -- what the launcher, the benchmarks and the operator's reads ask of a backend -------
+    default_driver = ""  # the SQLAlchemy driver of a URL the launcher or a benchmark keys
+    database_is_file = False  # a database is a file: globbed to discover, watched for changes
+    # A server's databases a launcher may run, listed from the maintenance database.
+    list_databases_sql: str | None = None
+    maintenance_database: str | None = None
+    channel_notify_sql: str | None = None  # a notification on ``:channel`` with ``:payload``
+    wake_up = ""  # how a worker idle in another process learns of new work (as reported)
+    named_params = False  # the DB-API driver takes ``:name`` parameters as written
+    # Opens a DB-API transaction that will write, where the driver opens none itself.
+    begin_for_writes: str | None = None
+    integers_64_bit = False  # every integer column holds 64 bits, whatever its declared type
+    text_holds_nul = True
+    # The planner's idea of a table's rows (``:name``) and of ``state``'s commonest values
+    # (``:table``, ``:schema``): counts without a scan, where the database keeps them.
+    row_estimate_sql: str | None = None
+    state_frequencies_sql: str | None = None
+    analyze_prelude: tuple[str, ...] = ()  # settings ANALYZE runs with, as a live system's
+
+    def canonical_url(self, url: URL, base: str) -> URL | None:
+        """``url`` as commands over many databases key it: the default driver, a file's path
+        made absolute from ``base``; None if it names no file (a database in memory)."""
+        return url.set(drivername=self.default_driver)
+
+    def series(self, start: int, stop: int, step: int = 1) -> str:
+        """A FROM item whose column ``g`` counts from ``start`` to ``stop`` inclusive."""
+        raise NotImplementedError
+
+    def no_autovacuum_sql(self, table: str) -> str | None:
+        """Stops background cleaning of ``table`` (a benchmark cleans between passes)."""
+        return None
+
+    def vacuum_sql(self, table: str) -> str | None:
+        """Clears ``table``'s dead row versions; None where updates are made in place."""
+        return None
+
+    def django_database(self, url: URL) -> dict[str, Any]:
+        """Django's ``DATABASES`` entry for ``url``, set up as Stator sets its own."""
+        raise NotImplementedError
+
 
 class SqliteDialect(SqlDialect):
     name = "sqlite"
@@ -139,6 +180,34 @@ class SqliteDialect(SqlDialect):
 
     def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
         configure_sqlite(engine)
+
+    # -- what the launcher, the benchmarks and the operator's reads ask of a backend -------
+    default_driver = "sqlite"
+    database_is_file = True
+    wake_up = "PRAGMA data_version poll"
+    named_params = True
+    begin_for_writes = "BEGIN IMMEDIATE"
+    integers_64_bit = True
+    analyze_prelude = ("PRAGMA analysis_limit = 1000",)
+
+    def canonical_url(self, url: URL, base: str) -> URL | None:
+        database = url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        path = os.path.abspath(os.path.join(base, database))
+        return url.set(drivername=self.default_driver, database=path)
+
+    def series(self, start: int, stop: int, step: int = 1) -> str:
+        return (
+            f"(WITH RECURSIVE n(g) AS (SELECT {start} UNION ALL SELECT g + {step} FROM n "
+            f"WHERE g + {step} <= {stop}) SELECT g FROM n) AS series"
+        )
+
+    def django_database(self, url: URL) -> dict[str, Any]:
+        return {
+            "ENGINE": "django.db.backends.sqlite3", "NAME": url.database,
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+        }
 
 
 class PostgresDialect(SqlDialect):
@@ -214,6 +283,39 @@ class PostgresDialect(SqlDialect):
 
     def configure(self, engine: Engine, timeouts: Iterable[float] = ()) -> None:
         configure_postgres(engine, idle_transaction_limit(timeouts))
+
+    # -- what the launcher, the benchmarks and the operator's reads ask of a backend -------
+    default_driver = "postgresql+psycopg"
+    list_databases_sql = (
+        "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate "
+        "ORDER BY datname"
+    )
+    maintenance_database = "postgres"
+    channel_notify_sql = "SELECT pg_notify(:channel, :payload)"
+    wake_up = "LISTEN/NOTIFY"
+    text_holds_nul = False
+    row_estimate_sql = "SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"
+    state_frequencies_sql = (
+        "SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats "
+        "WHERE tablename = :table AND attname = 'state' "
+        "AND schemaname = coalesce(:schema, current_schema())"
+    )
+
+    def series(self, start: int, stop: int, step: int = 1) -> str:
+        return f"generate_series({start}, {stop}, {step}) AS g"
+
+    def no_autovacuum_sql(self, table: str) -> str | None:
+        return f"ALTER TABLE {table} SET (autovacuum_enabled = false)"
+
+    def vacuum_sql(self, table: str) -> str | None:
+        return f"VACUUM (ANALYZE) {table}"
+
+    def django_database(self, url: URL) -> dict[str, Any]:
+        return {
+            "ENGINE": "django.db.backends.postgresql", "NAME": url.database,
+            "USER": url.username or "", "PASSWORD": url.password or "",
+            "HOST": url.host or "", "PORT": str(url.port or ""),
+        }
 
 
 def dialect_for(engine_or_name: Engine | str) -> SqlDialect:
