@@ -13,21 +13,13 @@ from typing import Any
 
 from sqlalchemy import make_url
 
+from .._store._dialects import dialect_for
+
 
 def django_database(url: str) -> dict[str, Any]:
     """Django's ``DATABASES`` entry for a SQLAlchemy URL (SQLite file or PostgreSQL)."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return {
-            "ENGINE": "django.db.backends.sqlite3", "NAME": parsed.database,
-            # What the SQLAlchemy store sets on its own connections, so both sides match.
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
-        }
-    return {
-        "ENGINE": "django.db.backends.postgresql", "NAME": parsed.database,
-        "USER": parsed.username or "", "PASSWORD": parsed.password or "",
-        "HOST": parsed.host or "", "PORT": str(parsed.port or ""),
-    }
+    return dialect_for(parsed.get_backend_name()).django_database(parsed)
 
 
 URL_VARIABLE = "STATOR_BENCH_DB"

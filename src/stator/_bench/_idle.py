@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from .._stator import Stator
+from .._store._dialects import dialect_for
 from .._worker import SQLITE_POLL
 from ._child import ChildSpec, children
 from ._common import Context, Result, result
@@ -67,6 +68,8 @@ def run(ctx: Context) -> list[Result]:
         queries_per_second=report["statements"] / window,
         db_transactions_per_second=xacts / counted if counter is not None else None,
         db_cpu_percent=None if backends is None else backends / window * 100,
-        data_version_checks_per_second=1 / SQLITE_POLL if ctx.backend == "sqlite" else None,
+        data_version_checks_per_second=(
+            None if dialect_for(ctx.backend).listen_notify else 1 / SQLITE_POLL
+        ),
         peak_rss_mb=report["peak_rss_mb"],
     )]

@@ -23,6 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from .._stator import Stator
+from .._store._dialects import dialect_for
 from ..errors import TransitionConflict
 from ._child import BenchError, ChildSpec, children
 from ._common import Context, Result, result
@@ -55,9 +56,10 @@ def _measure(ctx: Context, mode: str) -> Result:
         (started[i] - committed[i]) * 1000 for i in range(WARMUP + 1, samples + WARMUP + 1)
     ]
     figures = {f"{k}_ms": v for k, v in percentiles(millis).items()}
-    wake = {"postgresql": "LISTEN/NOTIFY", "sqlite": "PRAGMA data_version poll"}[ctx.backend]
+    dialect = dialect_for(ctx.backend)
+    wake = dialect.wake_up
     if mode == "same-process":
-        wake = "in-process signal" + (" + NOTIFY" if ctx.backend == "postgresql" else "")
+        wake = "in-process signal" + (" + NOTIFY" if dialect.listen_notify else "")
     return result("latency", ctx.backend, mode=mode, wake_up=wake, samples=samples, **figures)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, text
 
 from .._store import Store
+from .._store._dialects import dialect_for
 from . import _minimal
 from ._common import Context, Result, bench_rows, best, result
 from ._minimal import LoopStats
@@ -88,7 +89,8 @@ def drive(engine: Engine, batch: int) -> LoopStats:
         "state_next"
     )
     ts, ts_json = store.dialect.ts, store.dialect.ts_json
-    sqlite = engine.dialect.name == "sqlite"
+    begin = store.dialect.begin_for_writes
+    fence_as_text = store.dialect.times_as_text
     stats = LoopStats()
     raw = engine.raw_connection()
     try:
@@ -99,7 +101,7 @@ def drive(engine: Engine, batch: int) -> LoopStats:
             params: dict[str, Any] = {"now": ts(now), "limit": batch}
             params.update({name: ts(now + lease) for name, lease in leases})
             t0 = time.perf_counter()
-            claimed = _transaction(raw, cursor, sqlite, claim, params)
+            claimed = _transaction(raw, cursor, begin, claim, params)
             t1 = time.perf_counter()
             stats.claim_seconds += t1 - t0
             if not claimed:
@@ -109,14 +111,14 @@ def drive(engine: Engine, batch: int) -> LoopStats:
             params = store.dialect.batch_params([
                 {
                     "pk": row[pk], "fence_state": row[state],
-                    "fence": row[fence] if sqlite else row[fence].isoformat(),
+                    "fence": row[fence] if fence_as_text else row[fence].isoformat(),
                     "state": NEXT_STATE[row[state]], "changed": changed,
                     "next": None if NEXT_STATE[row[state]] == "done" else changed,
                     "attempts": 0, "moved": True, "changed_iso": iso,
                 }
                 for row in claimed
             ])
-            applied = _transaction(raw, cursor, sqlite, write, params)
+            applied = _transaction(raw, cursor, begin, write, params)
             stats.write_seconds += time.perf_counter() - t1
             stats.transitions += len(applied)
         stats.seconds = time.perf_counter() - began
@@ -127,16 +129,16 @@ def drive(engine: Engine, batch: int) -> LoopStats:
 
 def _driver_sql(engine: Engine, sql: str) -> str:
     """The statement in the driver's own parameter style (SQLite takes ``:name`` as is)."""
-    if engine.dialect.name == "sqlite":
+    if dialect_for(engine).named_params:
         return sql
     return str(text(sql).compile(dialect=engine.dialect))
 
 
 def _transaction(
-    raw: Any, cursor: Any, sqlite: bool, sql: str, params: dict[str, Any]
+    raw: Any, cursor: Any, begin: str | None, sql: str, params: dict[str, Any]
 ) -> list[Any]:
-    if sqlite:
-        cursor.execute("BEGIN IMMEDIATE")
+    if begin is not None:
+        cursor.execute(begin)
     cursor.execute(sql, params)
     rows: list[Any] = cursor.fetchall()
     raw.commit()

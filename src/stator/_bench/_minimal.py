@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import create_engine
 
+from .._store._dialects import dialect_for
 from .._types import to_sqlite_text
 from ._common import Context, Result, result
 from ._measure import per_thousand, server_cpu
@@ -51,7 +52,9 @@ def measure(ctx: Context, batch: int) -> Result:
     rows = ctx.sizes.rows
     ctx.progress(f"limit: {rows:,} rows, minimal claim + fenced write-back loop, batch {batch}")
     with ctx.server.place("minimal") as place:
-        sqlite = place.backend == "sqlite"
+        # The floor writes as Stator's driver does on this database: row by row inside the
+        # write lock (SQLite), or each batch as one statement (PostgreSQL).
+        sqlite = dialect_for(place.backend).row_by_row_writes
         fill = _fill_sqlite if sqlite else _fill_postgres
         with _connection(place) as conn:
             fill(conn, rows)
@@ -75,7 +78,7 @@ def measure(ctx: Context, batch: int) -> Result:
 @contextmanager
 def _connection(place: Place) -> Iterator[Any]:
     """A bare DBAPI connection in autocommit mode (each statement its own transaction)."""
-    if place.backend == "sqlite":
+    if dialect_for(place.backend).database_is_file:
         path = place.url.removeprefix("sqlite:///")
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA journal_mode = WAL")

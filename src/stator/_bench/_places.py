@@ -111,15 +111,19 @@ def _postgres_url(db: str) -> URL:
         url = make_url(db)
     except (ArgumentError, ValueError) as exc:
         raise ConfigError(f"not a database URL: {shown(db)!r}") from exc
-    if url.get_backend_name() == "sqlite":
+    try:
+        dialect = dialect_for(url.get_backend_name())
+    except ConfigError:
+        raise ConfigError(
+            f"stator bench measures SQLite or PostgreSQL, not {shown(db)!r}"
+        ) from None
+    if dialect.database_is_file:
         raise ConfigError(
             "stator bench needs no --db for SQLite (it uses throwaway files); "
             "give --db a PostgreSQL server URL"
         )
-    if url.get_backend_name() != "postgresql":
-        raise ConfigError(f"stator bench measures SQLite or PostgreSQL, not {shown(db)!r}")
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
+    if "+" not in url.drivername:  # no driver named: the one Stator is tested with
+        url = url.set(drivername=dialect.default_driver)
     return url
 
 
@@ -152,19 +156,11 @@ def insert_rows(
         columns.append(name)
         values.append(str(value))
     listed, picked = ", ".join(columns), ", ".join(values)
-    sqlite = engine.dialect.name == "sqlite"
+    dialect = dialect_for(engine)
     for start in range(first_id, first_id + count, CHUNK):
         stop = min(start + CHUNK, first_id + count) - 1
-        if sqlite:
-            sql = (
-                f"WITH RECURSIVE n(g) AS (SELECT {start} UNION ALL SELECT g + 1 FROM n "
-                f"WHERE g < {stop}) INSERT INTO {table} ({listed}) SELECT {picked} FROM n"
-            )
-        else:
-            sql = (
-                f"INSERT INTO {table} ({listed}) SELECT {picked} "
-                f"FROM generate_series({start}, {stop}) AS g"
-            )
+        series = dialect.series(start, stop)
+        sql = f"INSERT INTO {table} ({listed}) SELECT {picked} FROM {series}"
         with engine.begin() as conn:
             conn.execute(text(sql))
 
@@ -174,13 +170,7 @@ def make_due(engine: Engine, table: str, ids: range, state: str) -> None:
     only, so it stays quick in a table of millions)."""
     dialect = dialect_for(engine)
     due = dialect.ts(datetime.now(UTC) - timedelta(seconds=1))
-    if engine.dialect.name == "sqlite":
-        source = (
-            f"WITH RECURSIVE n(g) AS (SELECT {ids.start} UNION ALL SELECT g + {ids.step} "
-            f"FROM n WHERE g + {ids.step} < {ids.stop}) SELECT g FROM n"
-        )
-    else:
-        source = f"SELECT generate_series({ids.start}, {ids.stop - 1}, {ids.step})"
+    source = f"SELECT g FROM {dialect.series(ids.start, ids.stop - 1, ids.step)}"
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -195,8 +185,8 @@ def analyze(engine: Engine, table: str) -> None:
     """Fresh planner statistics, as autovacuum (PostgreSQL) or ``PRAGMA optimize`` would
     leave them in a live system."""
     with engine.begin() as conn:
-        if engine.dialect.name == "sqlite":
-            conn.execute(text("PRAGMA analysis_limit = 1000"))
+        for setting in dialect_for(engine).analyze_prelude:
+            conn.execute(text(setting))
         conn.execute(text(f"ANALYZE {table}"))
 
 
@@ -207,18 +197,20 @@ def hold_vacuum(engine: Engine, table: str) -> None:
     table many times during a measurement and never touch a big one: a difference in
     background work, not in what a claim costs.
     """
-    if engine.dialect.name == "postgresql":
+    sql = dialect_for(engine).no_autovacuum_sql(table)
+    if sql is not None:
         with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
+            conn.execute(text(sql))
 
 
 def vacuum(engine: Engine, table: str) -> None:
     """PostgreSQL: clear the dead row versions the last pass left and refresh statistics, so
     every pass starts from the same clean state.  SQLite updates in place: nothing to do."""
-    if engine.dialect.name != "postgresql":
+    sql = dialect_for(engine).vacuum_sql(table)
+    if sql is None:
         return
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f"VACUUM (ANALYZE) {table}"))
+        conn.execute(text(sql))
 
 
 def temporary_folder() -> tempfile.TemporaryDirectory[str]:

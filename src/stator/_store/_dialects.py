@@ -204,6 +204,7 @@ class SqliteDialect(SqlDialect):
         )
 
     def django_database(self, url: URL) -> dict[str, Any]:
+        # What ``configure_sqlite`` sets on the engine's connections, so both sides match.
         return {
             "ENGINE": "django.db.backends.sqlite3", "NAME": url.database,
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
