@@ -21,8 +21,8 @@ from django.utils.html import format_html, format_html_join
 
 from .._clock import SystemClock
 from .._store import _operator_actions
+from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._task_model import StatorTask
-from .admin import admin_actor, refuse_unpermitted_action, store_for
 
 
 @admin.register(StatorTask)
@@ -86,6 +86,7 @@ class StatorTaskAdmin(admin.ModelAdmin):
     @admin.action(description="Run again (enqueue a copy of each selected finished task)",
                   permissions=["run_again"])
     def run_again(self, request: HttpRequest, queryset: QuerySet[StatorTask]) -> None:
+        # Django >= 6.0 only, as is running again; this page is registered on 5.2 too.
         from django.tasks import task_backends
 
         from .tasks import load_task

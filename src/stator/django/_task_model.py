@@ -22,59 +22,27 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.db import models
 
 from .._graph import State, StateGraph
+from .._store._tasks import result_update_sql, write_results
+from ._stator_model import StatorModel
+from ._task_options import (
+    BACKEND_PATH,
+    DEFAULT_KEEP_RESULTS,
+    DEFAULT_RETRY_AFTER,
+    DEFAULT_TIMEOUT,
+    option,
+    stator_backends,
+)
 from .fields import StatorDateTimeField
-from .models import StatorModel
 
-BACKEND_PATH = "stator.django.tasks.StatorBackend"
-DEFAULT_KEEP_RESULTS = 7 * 24 * 3600.0
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_RETRY_AFTER = 10.0
-
-
-def _stator_backends() -> list[dict[str, Any]]:
-    """The ``TASKS`` entries that use this backend (settings are loaded before any model)."""
-    configured = getattr(settings, "TASKS", None) or {}
-    return [p for p in configured.values() if p.get("BACKEND") == BACKEND_PATH]
-
-
-def _seconds(value: Any, default: float | None) -> float | None:
-    if value is None:
-        return default
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return float(value)
-
-
-def _option(name: str, default: float, *, none_is_forever: bool = False) -> float | None:
-    """The largest value any Stator task backend sets for ``OPTIONS[name]``.
-
-    The graph is a class, so its timings are fixed when it is created; with several Stator
-    backends the most lenient value wins (results kept longest, longest timeout).  A backend
-    that does not set it counts with ``default``; None is "for ever" if ``none_is_forever``
-    (``keep_results``), else the default."""
-    values = [
-        _seconds((p.get("OPTIONS") or {}).get(name, default),
-                 None if none_is_forever else default)
-        for p in _stator_backends()
-    ]
-    if not values:
-        return default
-    if any(v is None for v in values):
-        return None
-    return max(v for v in values if v is not None)
-
-
-KEEP_RESULTS = _option("keep_results", DEFAULT_KEEP_RESULTS, none_is_forever=True)
-TIMEOUT = _option("timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT
-RETRY_AFTER = _option("retry_after", DEFAULT_RETRY_AFTER) or DEFAULT_RETRY_AFTER
+KEEP_RESULTS = option("keep_results", DEFAULT_KEEP_RESULTS, none_is_forever=True)
+TIMEOUT = option("timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT
+RETRY_AFTER = option("retry_after", DEFAULT_RETRY_AFTER) or DEFAULT_RETRY_AFTER
 # A task past its timeout (or whose result could not be saved) is a failure of Stator's own:
 # it backs off like any other and, after this many in a row, the task is FAILED.
 STALLS_ALLOWED = 3
@@ -103,15 +71,18 @@ class TaskStates(StateGraph):
     running.transitions_to(failed)
     running.fails_to(failed)
 
+    # The code that runs a task is imported when one runs: it needs ``django.tasks`` (Django
+    # >= 6.0), and this module must import on Django 5.2 too (see the module's docstring).
+
     @classmethod
     def check_ready(cls, task: StatorTask) -> State:
-        from ._task_run import run_task
+        from ._task_run import run_task  # Django >= 6.0 only (see above)
 
         return run_task(task, cls)
 
     @classmethod
     def check_running(cls, task: StatorTask) -> State:
-        from ._task_run import run_task
+        from ._task_run import run_task  # Django >= 6.0 only (see above)
 
         return run_task(task, cls)
 
@@ -174,8 +145,6 @@ class StatorTask(StatorModel):
     def stator_write_extra(cls, store: Any, conn: Any, writes: Sequence[Any]) -> None:
         """Write the results of a batch of attempts (``Write.extra``, set by the running
         handler) in the transaction of their fenced transitions: one UPDATE per batch."""
-        from .._store._tasks import result_update_sql, write_results
-
         dialect = store.dialect
         sql = _RESULT_SQL.get(dialect.name)
         if sql is None:
@@ -189,7 +158,7 @@ class StatorTask(StatorModel):
     @classmethod
     def stator_failure_extra(cls, row: StatorTask, write: Any, error: BaseException | None) -> Any:
         """The result columns after a failure of the engine's (see ``failure_record``)."""
-        from ._task_run import failure_record
+        from ._task_run import failure_record  # Django >= 6.0 only (see ``TaskStates``)
 
         return failure_record(row, write, error)
 
@@ -217,7 +186,7 @@ def _sql_text(value: str) -> str:
 @checks.register()
 def check_task_backend(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
     """On Django < 6.0 a configured Stator task backend can never run: say so clearly."""
-    if not _stator_backends() or importlib.util.find_spec("django.tasks") is not None:
+    if not stator_backends() or importlib.util.find_spec("django.tasks") is not None:
         return []
     import django
 

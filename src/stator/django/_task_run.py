@@ -27,10 +27,11 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
+from .. import _backoff
 from .._graph import State
 from .._policy import Write
 from ..errors import TryAgainLater
-from ._task_model import DEFAULT_RETRY_AFTER
+from ._task_options import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from .tasks import (
     StatorBackend,
     class_path,
@@ -43,7 +44,6 @@ from .tasks import (
 if TYPE_CHECKING:
     from ._task_model import StatorTask, TaskStates
 
-MAX_RETRY_AFTER = 3600.0
 RESULT_FIELDS = (
     "started_at", "last_attempted_at", "finished_at", "return_value", "errors", "worker_ids",
 )
@@ -189,10 +189,11 @@ def failure_record(row: StatorTask, write: Write, error: BaseException | None) -
 
 
 def _retry_delay(row: StatorTask) -> float:
-    """Exponential backoff from the backend's ``retry_after``, capped at an hour."""
+    """The backoff rule from the backend's ``retry_after``, capped at an hour (or at
+    ``retry_after`` if longer), counting this row's attempts so far."""
     options = task_backends[row.backend].options
-    base = float(options.get("retry_after", DEFAULT_RETRY_AFTER))
-    return float(min(base * 2 ** (len(row.worker_ids) - 1), MAX_RETRY_AFTER))
+    first = float(options.get("retry_after", DEFAULT_RETRY_AFTER))
+    return _backoff.delay(len(row.worker_ids), first, MAX_RETRY_AFTER)
 
 
 def _save(row: StatorTask, started: TaskResult, status: TaskResultStatus | None) -> None:

@@ -17,7 +17,6 @@ rows sees no action), and each row they change gets an entry in Django's admin l
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -25,7 +24,6 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -37,9 +35,9 @@ from .._graph import State, StateGraph, role
 from .._graph_svg import extent, layout, to_svg
 from .._graph_text import to_dot, to_mermaid
 from .._store import _dashboard, _operator_actions
-from .._store._django import DjangoStore
-from .._store._tracked import TrackedModel
 from ..errors import TransitionConflict, TransitionError
+from . import _task_admin  # noqa: F401  (registers the tasks page)
+from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._ops_models import StatorError, StatorWorker
 
 STATOR_COLUMNS = ("state", "state_changed", "state_next", "state_attempts")
@@ -143,30 +141,6 @@ def state_graph_html(graph: type[StateGraph], current: str | None,
         "Graphviz dot" if dot else "Mermaid",
         (to_dot if dot else to_mermaid)([graph]),
     )
-
-
-def refuse_unpermitted_action(modeladmin: Any, request: HttpRequest, prefix: str) -> None:
-    """A POST naming one of Stator's actions that this user is not offered is a 403, not
-    Django's quiet "no action selected" (the action itself never runs either way)."""
-    if request.method != "POST":
-        return
-    named = [a for a in request.POST.getlist("action") if a.startswith(prefix)]
-    allowed = modeladmin.get_actions(request)
-    if any(a not in allowed for a in named):
-        raise PermissionDenied("you do not have the permission this action needs")
-
-
-def admin_actor(request: HttpRequest) -> str:
-    """Who did it, in Stator's action log: the admin user, marked as coming from the admin."""
-    return f"admin:{request.user.get_username()}"
-
-
-@functools.lru_cache(maxsize=64)
-def store_for(alias: str, model: type) -> tuple[DjangoStore, TrackedModel]:
-    """The store the dashboard's operations run on, for one model (built once: it costs a
-    little SQL compilation)."""
-    store = DjangoStore(alias, [model])
-    return store, store.tracked[0]
 
 
 @admin.action(description="Retry now (make waiting rows due at once)", permissions=["change"])
@@ -325,5 +299,3 @@ class StatorErrorAdmin(_ReadOnly):
     def traceback_text(self, obj: StatorError) -> str:
         return format_html("<pre>{}</pre>", obj.traceback)
 
-
-from . import _task_admin  # noqa: E402,F401  (the tasks page)

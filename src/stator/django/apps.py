@@ -15,7 +15,8 @@ class StatorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the checks)
+        # Imported once the models are: the checks module imports them (and registers checks).
+        from . import checks  # noqa: F401
 
         post_migrate.connect(_install_wakeups, sender=self)
 
@@ -23,6 +24,6 @@ class StatorConfig(AppConfig):
 def _install_wakeups(using: str = "default", **_kwargs: Any) -> None:
     """After ``migrate``: PostgreSQL insert triggers that wake idle workers (as ``stator
     migrate`` installs them for SQLAlchemy tables)."""
-    from ._setup import install_wakeups
+    from ._setup import install_wakeups  # imports models: not while this module is loaded
 
     install_wakeups(using)

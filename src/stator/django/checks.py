@@ -18,6 +18,9 @@ from django.apps import apps
 from django.core import checks
 from django.db import connections, models
 
+from ._settings import stator_settings
+from ._stator_model import StatorModel, graph_of
+
 TAKAHE_FIELDS = {
     "state_ready": "state_next (when the engine next needs the row; NULL = never)",
     "state_locked_until": "state_next (a claimed row's lease expiry is its state_next)",
@@ -36,8 +39,6 @@ EXPECTED: dict[str, tuple[type[models.Field[Any, Any]], bool, str]] = {
 
 @checks.register(checks.Tags.models)
 def check_models(app_configs: Iterable[Any] | None = None, **_kwargs: Any) -> list[Any]:
-    from .models import StatorModel, graph_of
-
     configs = list(app_configs) if app_configs is not None else apps.get_app_configs()
     found: list[Any] = []
     for config in configs:
@@ -86,8 +87,6 @@ def _field_problems(model: Any) -> Iterable[Any]:
 
 @checks.register()
 def check_sqlite_wal(app_configs: Any = None, **_kwargs: Any) -> list[Any]:
-    from ._setup import stator_settings
-
     alias = stator_settings()["DATABASE"]
     if alias not in connections:
         return []

@@ -32,7 +32,7 @@ import importlib.util
 import traceback
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if importlib.util.find_spec("django.tasks") is None:  # pragma: no cover - Django 5.2
     raise ImportError(
@@ -51,7 +51,8 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .._store._tasks import MAX_ARGUMENTS_BYTES, check_arguments
+from .._store._tasks import MAX_ARGUMENTS_BYTES, check_arguments, insert_params, insert_sql
+from ._settings import stator_settings
 
 if TYPE_CHECKING:
     from ._task_model import StatorTask
@@ -101,9 +102,6 @@ class StatorBackend(BaseTaskBackend):
     def _store(self, task: Task, result: TaskResult) -> None:
         """Insert the task's row through the caller's connection, so it joins the caller's
         transaction; ``task_enqueued`` is sent once that commits."""
-        from .._store._tasks import insert_params, insert_sql
-        from ._task_model import StatorTask
-
         values: dict[str, Any] = {
             "id": result.id, "task_path": task.module_path, "queue_name": task.queue_name,
             "priority": task.priority, "backend": self.alias,
@@ -118,7 +116,7 @@ class StatorBackend(BaseTaskBackend):
         key = (conn.vendor, task.run_after is not None)
         sql = _INSERTS.get(key)
         if sql is None:
-            sql = _INSERTS[key] = insert_sql(StatorTask._meta.db_table, *key)
+            sql = _INSERTS[key] = insert_sql(_task_model()._meta.db_table, *key)
         with conn.cursor() as cursor:
             cursor.execute(sql, insert_params(values, conn.vendor))
         self._announce(result, using)
@@ -133,19 +131,17 @@ class StatorBackend(BaseTaskBackend):
     # -- results ---------------------------------------------------------------------------
 
     def get_result(self, result_id: str) -> TaskResult:
-        from ._task_model import StatorTask
-
+        model = _task_model()
         try:
-            return result_from_row(StatorTask.objects.using(_database()).get(pk=result_id))
-        except StatorTask.DoesNotExist:
+            return result_from_row(model.objects.using(_database()).get(pk=result_id))
+        except model.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
 
     async def aget_result(self, result_id: str) -> TaskResult:
-        from ._task_model import StatorTask
-
+        model = _task_model()
         try:
-            row = await StatorTask.objects.using(_database()).aget(pk=result_id)
-        except StatorTask.DoesNotExist:
+            row = await model.objects.using(_database()).aget(pk=result_id)
+        except model.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
         return result_from_row(row)
 
@@ -190,9 +186,14 @@ def _whole_bytes(value: Any) -> bool:
 
 def _database() -> str:
     """Tasks live in the database the workers run (``STATOR["DATABASE"]``)."""
-    from ._setup import stator_settings
-
     return str(stator_settings()["DATABASE"])
+
+
+def _task_model() -> type[StatorTask]:
+    """The task model, from the app registry.  Django loads this backend whenever a task is
+    declared, possibly while apps are still loading, and the model's handler runs tasks
+    through this module: the model is looked up when a task is stored or read, not imported."""
+    return cast("type[StatorTask]", apps.get_model("stator", "StatorTask"))
 
 
 def result_from_row(

@@ -169,7 +169,7 @@ def task_backend(alias: str) -> str:
 
     from stator.errors import ConfigError
 
-    from ..._task_model import BACKEND_PATH
+    from ..._task_options import BACKEND_PATH
 
     configured = getattr(settings, "TASKS", None) or {}
     ours = sorted(a for a, p in configured.items() if p.get("BACKEND") == BACKEND_PATH)

@@ -1,0 +1,37 @@
+"""What Stator's model admins share: refusing an action the user is not offered, who did an
+action (for the action log), and the store an action runs on."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+
+from .._store._django import DjangoStore
+from .._store._tracked import TrackedModel
+
+
+def refuse_unpermitted_action(modeladmin: Any, request: HttpRequest, prefix: str) -> None:
+    """A POST naming one of Stator's actions that this user is not offered is a 403, not
+    Django's quiet "no action selected" (the action itself never runs either way)."""
+    if request.method != "POST":
+        return
+    named = [a for a in request.POST.getlist("action") if a.startswith(prefix)]
+    allowed = modeladmin.get_actions(request)
+    if any(a not in allowed for a in named):
+        raise PermissionDenied("you do not have the permission this action needs")
+
+
+def admin_actor(request: HttpRequest) -> str:
+    """Who did it, in Stator's action log: the admin user, marked as coming from the admin."""
+    return f"admin:{request.user.get_username()}"
+
+
+@functools.lru_cache(maxsize=64)
+def store_for(alias: str, model: type) -> tuple[DjangoStore, TrackedModel]:
+    """The store the dashboard's operations run on, for one model (built once: it costs a
+    little SQL compilation)."""
+    store = DjangoStore(alias, [model])
+    return store, store.tracked[0]

@@ -1,0 +1,51 @@
+"""The task backend's ``OPTIONS`` as the project's settings give them, and their defaults.
+
+A leaf that imports no model: the task model reads it to build its graph, and the code that
+runs a task reads it for the retry delay.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+BACKEND_PATH = "stator.django.tasks.StatorBackend"
+DEFAULT_KEEP_RESULTS = 7 * 24 * 3600.0
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRY_AFTER = 10.0
+MAX_RETRY_AFTER = 3600.0  # the longest wait between two attempts of a task
+
+
+def stator_backends() -> list[dict[str, Any]]:
+    """The ``TASKS`` entries that use this backend (settings are loaded before any model)."""
+    configured = getattr(settings, "TASKS", None) or {}
+    return [p for p in configured.values() if p.get("BACKEND") == BACKEND_PATH]
+
+
+def _seconds(value: Any, default: float | None) -> float | None:
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def option(name: str, default: float, *, none_is_forever: bool = False) -> float | None:
+    """The largest value any Stator task backend sets for ``OPTIONS[name]``.
+
+    The graph is a class, so its timings are fixed when it is created; with several Stator
+    backends the most lenient value wins (results kept longest, longest timeout).  A backend
+    that does not set it counts with ``default``; None is "for ever" if ``none_is_forever``
+    (``keep_results``), else the default."""
+    values = [
+        _seconds((p.get("OPTIONS") or {}).get(name, default),
+                 None if none_is_forever else default)
+        for p in stator_backends()
+    ]
+    if not values:
+        return default
+    if any(v is None for v in values):
+        return None
+    return max(v for v in values if v is not None)
