@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from . import _backoff
 from ._graph import State, StateGraph
 
 JITTER = 0.1  # failures back off by ±10% so rows that failed together do not retry together
@@ -95,8 +96,7 @@ def _earliest(state: State, entered: datetime, due: list[datetime]) -> datetime 
 def backoff_delay(state: State, failures: int, key: Any) -> float:
     """Seconds to wait after the ``failures``-th consecutive failure: exponential, capped,
     with a jitter that is deterministic per row so tests can predict it."""
-    exponent = max(failures - 1, 0)
-    delay = min(state.retry_after * state.backoff**exponent, state.max_retry_after)
+    delay = _backoff.delay(failures, state.retry_after, state.max_retry_after, state.backoff)
     spread = (zlib.crc32(f"{key!r}:{failures}".encode()) % 2001) / 1000.0 - 1.0  # -1.0 .. 1.0
     return max(delay * (1.0 + JITTER * spread), 0.001)
 
