@@ -1,0 +1,132 @@
+"""``Driver.claim``: which rows a claim takes, how it leases them, and what it passes by."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from driver_rig import Flow, Rig
+
+from stator import ManualClock
+
+
+def test_a_claim_takes_the_due_rows_and_leases_them(rig: Rig, clock: ManualClock) -> None:
+    driver = rig.driver(rig.model(Flow))
+    now = clock.now()
+    rig.insert(
+        driver,
+        {"id": 1, "state": "new", "state_changed": now, "state_next": now},
+        {"id": 2, "state": "new", "state_changed": now, "state_next": now - timedelta(1)},
+        {"id": 3, "state": "new", "state_changed": now, "state_next": now + timedelta(1)},
+        {"id": 4, "state": "done", "state_changed": now, "state_next": None},
+    )
+    (tracked,) = driver.tracked
+    claimed = driver.claim(tracked, now, 10)
+    lease = now + timedelta(seconds=Flow.new.lease)
+    assert sorted(c.pk for _obj, c in claimed) == [1, 2]
+    for obj, c in claimed:
+        assert (obj.id, c.state, c.attempts, c.state_changed) == (c.pk, "new", 0, now)
+        assert c.lease_until == lease
+        row = rig.row(driver, c.pk)
+        assert row is not None and row["state_next"] == lease  # the lease is the fence
+    assert driver.claim(tracked, now, 10) == []
+
+
+def test_a_claim_takes_no_more_than_its_limit_the_longest_due_first(
+    rig: Rig, clock: ManualClock
+) -> None:
+    driver = rig.driver(rig.model(Flow))
+    now = clock.now()
+    rig.insert(driver, *({"id": pk, "state": "new", "state_changed": now,
+                          "state_next": now - timedelta(seconds=pk)} for pk in range(1, 6)))
+    (tracked,) = driver.tracked
+    assert driver.claim(tracked, now, 0) == []
+    assert [c.pk for _o, c in driver.claim(tracked, now, 2)] in ([5, 4], [4, 5])
+    assert sorted(c.pk for _o, c in driver.claim(tracked, now, 2)) == [2, 3]
+    assert [c.pk for _o, c in driver.claim(tracked, now, 2)] == [1]
+
+
+def test_a_claimed_row_is_not_claimed_again_until_its_lease_ends(
+    rig: Rig, clock: ManualClock
+) -> None:
+    driver = rig.driver(rig.model(Flow))
+    rig.insert(driver, {"id": 1})
+    (tracked,) = driver.tracked
+    [(_obj, first)] = driver.claim(tracked, clock.now(), 10)
+    clock.set(first.lease_until - timedelta(seconds=1))
+    assert driver.claim(tracked, clock.now(), 10) == []
+    clock.set(first.lease_until)
+    [(_obj, second)] = driver.claim(tracked, clock.now(), 10)
+    assert second.lease_until > first.lease_until
+
+
+def test_rows_inserted_with_the_columns_defaults_are_claimed(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """The database's defaults put a new row in the initial state, due at once."""
+    driver = rig.driver(rig.model(Flow))
+    rig.insert(driver, {"id": 1}, {"id": 2, "group": "g"})
+    (tracked,) = driver.tracked
+    claimed = driver.claim(tracked, clock.now(), 10)
+    assert {c.pk: (obj.group, c.state) for obj, c in claimed} == {1: (None, "new"), 2: ("g", "new")}
+
+
+def test_claims_take_the_highest_priority_first(rig: Rig, clock: ManualClock) -> None:
+    """``stator_claim_priority`` names the column (here ``order``, a reserved word)."""
+    driver = rig.driver(rig.model(Flow, priority=True))
+    now = clock.now()
+    ranks = {1: 1, 2: 5, 3: 0, 4: 5, 5: 3}
+    rig.insert(driver, *({"id": pk, "order": rank, "state": "new", "state_changed": now,
+                          "state_next": now - timedelta(seconds=10 - pk)}
+                         for pk, rank in ranks.items()))
+    (tracked,) = driver.tracked
+    assert sorted(ranks[c.pk] for _o, c in driver.claim(tracked, now, 3)) == [3, 5, 5]
+    assert sorted(ranks[c.pk] for _o, c in driver.claim(tracked, now, 3)) == [0, 1]
+
+
+def test_a_claim_passes_by_rows_another_transaction_holds(rig: Rig, clock: ManualClock) -> None:
+    if not rig.postgresql:
+        pytest.skip("SQLite has one writer at a time: there is no row lock to pass by")
+    driver = rig.driver(rig.model(Flow))
+    assert driver.skip_locked
+    rig.insert(driver, {"id": 1}, {"id": 2}, {"id": 3})
+    (tracked,) = driver.tracked
+    with rig.other_connection() as other, other.transaction():  # another worker, mid-claim
+        other.execute(f"SELECT 1 FROM {tracked.quoted_table} WHERE id = 1 FOR UPDATE")
+        claimed = driver.claim(tracked, clock.now(), 3)
+        assert sorted(c.pk for _obj, c in claimed) == [2, 3]
+        # ... and an idle check leaves it out too: it is not this worker's to wait for.
+        assert driver.next_due([tracked], claimable_at=clock.now()) == claimed[0][1].lease_until
+    assert [c.pk for _obj, c in driver.claim(tracked, clock.now(), 3)] == [1]
+
+
+def test_a_claim_waits_for_sqlites_one_writer_then_takes_every_row(
+    rig: Rig, clock: ManualClock
+) -> None:
+    if rig.postgresql:
+        pytest.skip("PostgreSQL locks rows, not the database (see the skip-locked test)")
+    driver = rig.driver(rig.model(Flow))
+    assert not driver.skip_locked
+    rig.insert(driver, {"id": 1}, {"id": 2})
+    (tracked,) = driver.tracked
+    other = rig.other_connection()
+    other.execute("BEGIN IMMEDIATE")  # another process writing
+    got: list[Any] = []
+
+    def claim() -> None:
+        try:
+            got.append(driver.claim(tracked, clock.now(), 5))
+        finally:
+            driver.thread_done()
+
+    claimer = threading.Thread(target=claim)
+    claimer.start()
+    time.sleep(0.3)
+    assert got == []  # queued on the writer's lock, not failed nor skipped
+    other.execute("COMMIT")
+    other.close()
+    claimer.join(30)
+    assert sorted(c.pk for _obj, c in got[0]) == [1, 2]
