@@ -16,9 +16,8 @@ from django.db import connections, transaction
 
 from .._policy import Write
 from ._tracked import TrackedModel
+from ._writes import writes
 from .interface import ClaimedTask, Driver, HandlerScope
-
-WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT", "CREATE", "DROP", "ALTER")
 
 
 class DjangoScopes:
@@ -106,7 +105,7 @@ class AtomicScope:
 
     def _observe(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         self._ran = True
-        if not self._wrote and sql.lstrip()[:10].upper().startswith(WRITE_PREFIXES):
+        if not self._wrote and writes(sql):
             self._wrote = True
             if self._lazy:
                 raw = self.conn.connection

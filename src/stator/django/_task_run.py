@@ -30,6 +30,7 @@ from django.utils.json import normalize_json
 from .. import _backoff
 from .._graph import State
 from .._policy import Write
+from .._store._writes import writes
 from ..errors import TryAgainLater
 from ._task_options import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from .tasks import (
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 RESULT_FIELDS = (
     "started_at", "last_attempted_at", "finished_at", "return_value", "errors", "worker_ids",
 )
-WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT")
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"[-64:]
 
 
@@ -134,7 +134,7 @@ class _UndoableWrites:
 
     def _before_write(self, execute: Any, sql: str, params: Any, many: bool, ctx: Any) -> Any:
         if (self.savepoint is None and not self._taking and self.conn.in_atomic_block
-                and sql.lstrip()[:10].upper().startswith(WRITES)):
+                and writes(sql)):
             self._taking = True
             try:
                 self.savepoint = self.conn.savepoint()
