@@ -135,6 +135,8 @@ class DjangoStore:
         self.ops.send_notification(payload)
 
     def sqlite_path(self) -> str | None:
+        if not self.dialect.single_writer:  # not a file (is_in_memory_db is SQLite's alone)
+            return None
         conn = connections[self.alias]
         return None if conn.is_in_memory_db() else str(conn.settings_dict["NAME"])
 

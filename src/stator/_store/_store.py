@@ -85,7 +85,7 @@ class Store:
         return _local_wakeups.key_for(self.engine.url)
 
     def sqlite_path(self) -> str | None:
-        return self.engine.url.database
+        return self.engine.url.database if self.dialect.single_writer else None
 
     def sqlite_connection(self, conn: Connection) -> sqlite3.Connection | None:
         raw = conn.connection.dbapi_connection
