@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from stator import ManualClock, Stator
 from stator._graph_svg import layout, to_svg
-from stator._store import _dashboard, _operator_actions
+from stator._store import _counts, _dashboard, _operator_actions
 from stator.dashboard import _auth
 
 from .flow import Flow
@@ -65,7 +65,7 @@ def test_the_due_count_stops_at_its_cap(
         s.execute(insert(m.Order), [{"id": i} for i in range(1, 31)])
         s.execute(text(f"ANALYZE {m.Order.__table__.name}"))  # the size estimate
         s.commit()
-    monkeypatch.setattr(_dashboard, "DUE_CAP", 10)
+    monkeypatch.setattr(_counts, "DUE_CAP", 10)
     (new,) = [c for c in _dashboard.state_counts(stator.store, clock.now(), exact_below=0)
               if c["state"] == "new"]
     assert new["due"] == 10 and new["rows"] >= 10
