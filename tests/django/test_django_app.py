@@ -77,6 +77,25 @@ def test_queryset_transition_perform_moves_only_rows_with_an_edge() -> None:
     assert Order.objects.get(pk=new.pk).state == "new"
 
 
+@pytest.mark.django_db(databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_queryset_transition_perform_moves_only_the_querysets_rows(alias: str) -> None:
+    """The queryset's own filter (a join, a LIKE with its own percent signs) limits the one
+    move; what ``QuerySet.update`` refuses, it refuses; an empty queryset moves nothing."""
+    orders = Order.objects.using(alias)
+    with_receipt, plain, discounted = (orders.create(note=n) for n in ("", "", "50% off"))
+    Receipt.objects.using(alias).create(order=with_receipt)
+    assert orders.filter(receipt__isnull=False).transition_perform(OrderStates.charged) == 1
+    assert orders.filter(note__contains="0% o").transition_perform(OrderStates.charged) == 1
+    assert orders.filter(state="new").count() == 1
+    assert orders.get(pk=plain.pk).state == "new"
+    assert path_of(orders.get(pk=discounted.pk)) == ["charged"]
+    assert orders.none().transition_perform(OrderStates.charged) == 0
+    with pytest.raises(TypeError, match="slice"):
+        orders.all()[:1].transition_perform(OrderStates.charged)
+    assert orders.filter(state="new").count() == 1
+
+
 # -- the in-request runner ------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ Django's.  What is its own:
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -42,7 +43,7 @@ from ._operations import WRITE, SqlOperations
 from ._tracked import TrackedModel
 from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
 
-__all__ = ["DjangoStore", "database_url", "django_engine", "wake_key"]
+__all__ = ["DjangoStore", "database_url", "django_engine", "store_for", "wake_key"]
 
 _DATETIME = UTCDateTime()  # reads a claimed row's times as the SQLAlchemy driver's do
 
@@ -340,6 +341,15 @@ class DjangoStore:
 
     def check_ready(self) -> None:
         self.schema.check_ready()
+
+
+@functools.lru_cache(maxsize=64)
+def store_for(alias: str, model: type) -> tuple[DjangoStore, TrackedModel]:
+    """A driver for one model, for what runs outside a worker (application code's moves, the
+    admin's actions): built once per database and model, since it costs a little SQL
+    compilation."""
+    store = DjangoStore(alias, [model])
+    return store, store.tracked[0]
 
 
 class _RowShape:

@@ -1,49 +1,71 @@
 """Transitions made by application code on Django models (``transition_perform``): the one
-move (``stator._moves``) as one conditional UPDATE through the ORM, so it runs on the
-queryset's own database and filters, in Django's transaction."""
+move (``stator._moves``) applied by the one applying part (``_apply_move.apply``) on the
+Django driver's table, through Django's own connection: on the queryset's database, limited
+to its rows, in the caller's transaction (Django's autocommit outside one)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections, transaction
-from django.db import models as dj_models
-from django.db.models.expressions import RawSQL
-from django.db.utils import OperationalError as DjangoOperationalError
+from django.core.exceptions import EmptyResultSet
+from django.db import connections, router, transaction
+from sqlalchemy import Boolean, ColumnElement, bindparam
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import NullType
 
 from .. import _moves
 from .._clock import Clock, SystemClock
 from .._graph import State, StateGraph
 from ..errors import ConfigError, TransitionConflict, TransitionError
 from . import _wake_sender
-from ._apply_move import history_expression, stale
-from ._dialects import dialect_for
-from ._django import wake_key
+from ._apply_move import apply, stale
+from ._django import DjangoStore, store_for, wake_key
+from ._operations import WRITE
+from ._tracked import TrackedModel
 
 
 def perform(obj: Any, to: State | str, clock: Clock | None) -> None:
-    model = type(obj)
+    model: type = type(obj)
     graph: type[StateGraph] = _graph(model)
     target = graph.get_state(to)
     if obj.state not in graph.states:
         raise TransitionError(f"{model.__name__} row is in unknown state {obj.state!r}")
     move = _moves.along_edge(graph, obj.state, target, (clock or SystemClock()).now())
     alias = obj._state.db or "default"
-    rows = model._base_manager.using(alias).filter(pk=obj.pk)
-    if _move(rows, move) != 1:
+    store, t = store_for(alias, model)
+    if _move(alias, store, t, move, t.table.c[t.pk] == obj.pk) != 1:
         raise TransitionConflict(
             f"{model.__name__} {obj.pk!r} is no longer in state {move.sources[0]}: "
             "someone else moved it first"
         )
     for key, value in move.values.items():
         setattr(obj, key, value)
-    if _has_history(model):
+    if t.history_type is not None:
         obj.state_history = [*(obj.state_history or []), list(move.history_entry)]
 
 
 def perform_many(queryset: Any, to: State | str, clock: Clock | None) -> int:
-    graph = _graph(queryset.model)
-    return _move(queryset, _moves.into(graph, to, (clock or SystemClock()).now()))
+    model = queryset.model
+    move = _moves.into(_graph(model), to, (clock or SystemClock()).now())
+    # Refused as ``QuerySet.update`` refuses them: the rows of such a query are not a set.
+    queryset._not_support_combined_queries("update")
+    if queryset.query.is_sliced:
+        raise TypeError("Cannot update a query once a slice has been taken.")
+    alias = queryset._db or router.db_for_write(model, **queryset._hints)
+    store, t = store_for(alias, model)
+    if not queryset.query.where:
+        return _move(alias, store, t, move, None)
+    inner = queryset.order_by().values("pk").query.get_compiler(using=alias)
+    try:
+        sql, params = inner.as_sql()
+    except EmptyResultSet:
+        return 0
+    return _move(alias, store, t, move, _InDjangoQuery(t.table.c[t.pk], sql, tuple(params)))
 
 
 def _graph(model: Any) -> type[StateGraph]:
@@ -53,32 +75,64 @@ def _graph(model: Any) -> type[StateGraph]:
     return graph
 
 
-def _has_history(model: Any) -> bool:
-    return any(f.name == "state_history" for f in model._meta.concrete_fields)
-
-
-def _move(rows: Any, move: _moves.Move) -> int:
-    alias = rows.db
-    model = rows.model
-    table = model._meta.db_table
-    conn = connections[alias]
-    dialect = dialect_for(conn.vendor)
-    values: dict[str, Any] = move.values
-    if _has_history(model):
-        field = model._meta.get_field("state_history")
-        append = history_expression(dialect, table, field.db_type(conn), "CAST(%s AS text)")
-        values["state_history"] = RawSQL(
-            append, move.history_entry, output_field=dj_models.JSONField()
-        )
-    try:
-        moved = int(rows.filter(state__in=list(move.sources)).update(**values))
-    except DjangoOperationalError as exc:
-        if dialect.stale_snapshot(str(exc)):
-            raise stale(table) from exc
-        raise
+def _move(
+    alias: str, store: DjangoStore, t: TrackedModel, move: _moves.Move,
+    rows: ColumnElement[bool] | None,
+) -> int:
+    with (
+        _as_django_errors(alias, store.dialect.stale_snapshot, t.table.name),
+        store.engine.connect().execution_options(**WRITE) as conn, conn.begin(),
+    ):
+        moved = apply(conn, store.dialect, t, move, () if rows is None else (rows,))
     if moved:
-        with conn.cursor() as cursor:
-            _wake_sender.notify_cursor(cursor, dialect, table)
         _wake_sender.wake_on_commit(
             lambda callback: transaction.on_commit(callback, using=alias), wake_key(alias))
     return moved
+
+
+@contextmanager
+def _as_django_errors(alias: str, stale_snapshot: Any, table: str) -> Iterator[None]:
+    """A database error raised as Django's (what ``QuerySet.update`` raises), the atomic
+    block around it marked for rollback as Django marks it; a stale snapshot, met while
+    beginning or committing, is the move's conflict (``apply`` turns the UPDATE's own)."""
+    with transaction.mark_for_rollback_on_error(using=alias):
+        try:
+            yield
+        except DBAPIError as exc:
+            if isinstance(exc, OperationalError) and stale_snapshot(str(exc.orig)):
+                raise stale(table) from exc
+            if not isinstance(exc.orig, Exception):
+                raise
+            with connections[alias].wrap_database_errors:
+                raise exc.orig from None
+
+
+class _InDjangoQuery(ColumnElement[bool]):
+    """``column IN (<a query Django compiled>)``: the rows of a queryset, its own SQL and
+    parameters, whatever it filters on (joins, expressions, ``extra``)."""
+
+    type = Boolean()
+    inherit_cache = False  # Django's SQL is not part of SQLAlchemy's cache key
+
+    def __init__(self, column: ColumnElement[Any], sql: str, params: tuple[Any, ...]) -> None:
+        self.column = column
+        self.django_sql = sql
+        self.django_params = params
+
+
+# Django's placeholders: ``%s`` for a parameter, ``%%`` for a literal percent sign.
+_DJANGO_FORMAT = re.compile(r"(%s|%%)")
+
+
+@compiles(_InDjangoQuery)
+def _compile_in_django_query(element: _InDjangoQuery, compiler: SQLCompiler, **kw: Any) -> str:
+    text: Any = compiler.post_process_text  # untyped: escapes % where the paramstyle needs it
+    params = iter(element.django_params)
+    parts: list[str] = []
+    for piece in _DJANGO_FORMAT.split(element.django_sql):
+        if piece == "%s":  # already adapted by Django's fields: bound as they are
+            parts.append(compiler.process(
+                bindparam(None, next(params), type_=NullType(), unique=True), **kw))
+        else:
+            parts.append(text(piece.replace("%%", "%")))
+    return f"{compiler.process(element.column, **kw)} IN ({''.join(parts)})"

@@ -1,16 +1,17 @@
 """What Stator's model admins share: refusing an action the user is not offered, who did an
-action (for the action log), and the store an action runs on."""
+action (for the action log), and the store an action runs on (``store_for``, which
+application code's moves share)."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from .._store._django import DjangoStore
-from .._store._tracked import TrackedModel
+from .._store._django import store_for
+
+__all__ = ["admin_actor", "refuse_unpermitted_action", "store_for"]
 
 
 def refuse_unpermitted_action(modeladmin: Any, request: HttpRequest, prefix: str) -> None:
@@ -27,11 +28,3 @@ def refuse_unpermitted_action(modeladmin: Any, request: HttpRequest, prefix: str
 def admin_actor(request: HttpRequest) -> str:
     """Who did it, in Stator's action log: the admin user, marked as coming from the admin."""
     return f"admin:{request.user.get_username()}"
-
-
-@functools.lru_cache(maxsize=64)
-def store_for(alias: str, model: type) -> tuple[DjangoStore, TrackedModel]:
-    """The store the dashboard's operations run on, for one model (built once: it costs a
-    little SQL compilation)."""
-    store = DjangoStore(alias, [model])
-    return store, store.tracked[0]
