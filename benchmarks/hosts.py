@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from faults.cluster import find_bindir, throwaway_cluster  # noqa: E402
 from netns.hosts import DelayLine, Network, free_port, unavailable  # noqa: E402
 
-STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
+STATOR = [sys.executable, "-c", "from stator.cli import main; main(prog_name='stator')"]
 
 
 def run_once(

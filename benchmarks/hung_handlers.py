@@ -101,7 +101,7 @@ def measure_run(src: Path, database: str, folder: Path) -> dict[str, object]:
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
     (folder / "hung_app.py").write_text(APP.format(url=url))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(src)])}
-    stator = [sys.executable, "-c", "from stator._cli import main; main()"]
+    stator = [sys.executable, "-c", "from stator.cli import main; main()"]
     subprocess.run([*stator, "migrate", "hung_app:stator"], env=env, check=True,
                    capture_output=True, cwd=folder)
     insert = ("from hung_app import stator, Job\nfrom sqlalchemy.orm import Session\n"

@@ -41,7 +41,7 @@ PLOT = HERE / "throughput.png"
 PEERS = RESULTS / "peers.jsonl"
 DJANGO_RUNS = RESULTS / "django_store.jsonl"
 DEFAULT_PG = os.environ.get("STATOR_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
+STATOR = [sys.executable, "-c", "from stator.cli import main; main(prog_name='stator')"]
 BACKENDS = ("sqlite", "postgresql")
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from sqlalchemy import make_url
 
 from stator._bench import SCENARIOS, Sizes, run_bench
-from stator._cli import cli
+from stator.cli import cli
 
 COMMON = {"scenario", "backend", "load_1m"}
 EXPECTED = {

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import make_url
 
 from pgserver import PG_ADMIN_URL
-from stator._cli import main
+from stator.cli import main
 
 _names = itertools.count()
 
@@ -156,15 +156,15 @@ class Forced(Exception):
 def test_the_second_stop_signal_of_either_kind_forces_the_exit(monkeypatch, signals):
     import signal
 
-    from stator import _cli
+    from stator._worker import serving
 
     def force(message: str) -> None:
         raise Forced(message)
 
-    monkeypatch.setattr(_cli, "_force_exit", force)
+    monkeypatch.setattr(serving, "force_exit", force)
     stops: list[str] = []
     first, second = (getattr(signal, name) for name in signals)
-    with _cli.stop_signals(stops.append, "forced"):
+    with serving.stop_signals(stops.append, "forced"):
         signal.raise_signal(first)
         assert stops == [f"signal {signals[0]}"]
         with pytest.raises(Forced):
@@ -287,10 +287,10 @@ def test_log_lines_in_files_are_neither_wrapped_nor_padded(app_dir):
 def run_for_migrated(app_dir: Path, app: str) -> Any:
     import subprocess
 
-    subprocess.run([sys.executable, "-c", "from stator._cli import main; main()", "migrate",
+    subprocess.run([sys.executable, "-c", "from stator.cli import main; main()", "migrate",
                     app], cwd=app_dir, capture_output=True, check=True, timeout=60)
     return subprocess.run(
-        [sys.executable, "-c", "from stator._cli import main; main()", "run", app,
+        [sys.executable, "-c", "from stator.cli import main; main()", "run", app,
          "--until-idle", "--idle-window", "0.1"],
         cwd=app_dir, capture_output=True, text=True, timeout=60,
         env={**os.environ, "COLUMNS": "80"},
@@ -456,7 +456,7 @@ PRIVATE_MOUNT = """
 set -e
 mount -t tmpfs -o size={size} tmpfs "$PLACE" || exit 99
 cd "$APP_DIR"
-$PY -c "from stator._cli import main; main()" migrate "$APP" >/dev/null
+$PY -c "from stator.cli import main; main()" migrate "$APP" >/dev/null
 """
 
 
@@ -485,7 +485,7 @@ def test_a_database_on_a_read_only_filesystem_is_one_true_line(app_dir):
 mount -o remount,ro "$PLACE"
 for command in status "run --until-idle" migrate; do
     set +e
-    $PY -c "from stator._cli import main; main()" $command "$APP"
+    $PY -c "from stator.cli import main; main()" $command "$APP"
     echo "rc=$?"
 done
 """)
@@ -512,7 +512,7 @@ while ! grep -q ready ready 2>/dev/null; do sleep 0.05; done
 dd if=/dev/zero of=place/fill bs=1k 2>/dev/null || true
 set +e
 $PY -c "import stator._incurable as b; b.DISK_FULL_PATIENCE = 0.2
-from stator._cli import main; main()" run "$APP" --until-idle
+from stator.cli import main; main()" run "$APP" --until-idle
 echo "rc=$?"
 kill $holder
 """)

@@ -12,8 +12,16 @@ import pytest
 from rich.console import Console
 from sqlalchemy import Connection, create_engine, func, select
 
-from stator import _demo
-from stator._demo import MAX_ATTEMPTS, DemoSummary, Inbox, InboxStates, Post, run_demo
+from stator._demo import (
+    MAX_ATTEMPTS,
+    DemoSummary,
+    Inbox,
+    InboxStates,
+    Post,
+    _live,
+    _remote,
+    run_demo,
+)
 
 SETTLED = {InboxStates.delivered.name, InboxStates.undeliverable.name}
 
@@ -90,7 +98,7 @@ def test_the_file_can_be_reused(tmp_path: Path) -> None:
 def test_ctrl_c_stops_the_worker_and_still_summarises(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_progress = _demo._progress
+    real_progress = _live._progress
     calls = 0
 
     def interrupt_on_second_frame(*args: object) -> object:
@@ -100,12 +108,12 @@ def test_ctrl_c_stops_the_worker_and_still_summarises(
             raise KeyboardInterrupt
         return real_progress(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_demo, "_progress", interrupt_on_second_frame)
+    monkeypatch.setattr(_live, "_progress", interrupt_on_second_frame)
     summary, output = _run(tmp_path, posts=4, followers=10, latency=0.02)
     assert summary.interrupted
     assert summary.delivered + summary.undeliverable + summary.pending == summary.inbox_rows
     assert "Demo interrupted" in output
-    assert _demo._active is None  # a later demo in this process can run
+    assert _remote._active is None  # a later demo in this process can run
 
 
 def test_rejects_a_failure_rate_outside_zero_to_one(tmp_path: Path) -> None:

@@ -19,9 +19,10 @@ from sqlalchemy import func, make_url, select
 from sqlalchemy.orm import Session
 
 from stator import State, StateGraph, SystemClock
-from stator._cli import EXIT_HUNG, main
 from stator._launcher._children import URL_VARIABLE, url_parts
 from stator._worker import TOO_MANY_HUNG, RunSummary
+from stator._worker.serving import EXIT_HUNG
+from stator.cli import main
 from stator.errors import ConfigError
 
 PATIENCE = 30.0  # seconds any wait below gives up after (a failure, never a pass)

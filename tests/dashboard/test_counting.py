@@ -133,7 +133,7 @@ def test_the_core_install_imports_none_of_the_dashboard_extra() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, stator, stator._cli, stator._worker, stator._metrics; "
+    code = ("import sys, stator, stator.cli, stator._worker, stator._metrics; "
             "print(sorted(m for m in ('starlette', 'jinja2', 'uvicorn', 'prometheus_client') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

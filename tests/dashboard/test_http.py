@@ -344,16 +344,16 @@ def test_the_token_can_come_from_the_environment(
     setup: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """STATOR_DASHBOARD_TOKEN reaches the dashboard as its token."""
-    from stator import _cli
+    from stator.cli import dashboard, main
 
     stator, _m = setup
     monkeypatch.setenv("STATOR_DASHBOARD_TOKEN", "from-env")
     seen: list[Any] = []
-    monkeypatch.setattr(_cli, "serve_dashboard",
+    monkeypatch.setattr(dashboard, "serve_dashboard",
                         lambda make, host, port, token, control, level, **kw: seen.append(token))
-    monkeypatch.setattr(_cli, "load_app", lambda app, db: stator)
+    monkeypatch.setattr(dashboard, "load_app", lambda app, db: stator)
     with pytest.raises(SystemExit) as done:
-        _cli.main(["dashboard", "x:y", "--host", "0.0.0.0"])
+        main(["dashboard", "x:y", "--host", "0.0.0.0"])
     assert done.value.code == 0 and seen == ["from-env"]
 
 

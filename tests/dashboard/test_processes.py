@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stator._cli import main
+from stator.cli import main
 
 CHROMIUM = os.environ.get("STATOR_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = os.environ.get("STATOR_SCREENSHOTS")  # a directory to copy screenshots into
@@ -135,7 +135,7 @@ def test_a_dashboard_beyond_loopback_needs_a_long_token(
         raise Listening(host)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("stator._cli._listen", listen)
+    monkeypatch.setattr("stator.cli.dashboard._listen", listen)
     code, err = run_cli(capsys, "dashboard", app(), "--host", "0.0.0.0", "--token", token)
     assert code == 2
     assert err.count("\n") == 1 and "fewer than 16 characters" in err
@@ -169,7 +169,7 @@ def test_worker_metrics_port_in_use_exits_2_with_one_line(
 
 
 def stator_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from stator._cli import main; main()", *args]
+    return [sys.executable, "-c", "from stator.cli import main; main()", *args]
 
 
 def get(url: str) -> str | None:

@@ -163,7 +163,7 @@ BROKEN_STATES = [
 def test_an_unreadable_launcher_state_is_said_in_one_line(
     two_tables: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], broken: str,
 ) -> None:
-    from stator._cli import main
+    from stator.cli import main
     from stator.dashboard import create_app
 
     stator, _ints, _texts = two_tables

@@ -29,7 +29,7 @@ from django.test.utils import override_settings
 from djtest.orders.models import Job, JobStates
 from test_runstator_flags import runstator
 
-from stator._cli import EXIT_HUNG
+from stator._worker.serving import EXIT_HUNG
 
 PATIENCE = 30.0
 CONCURRENCY = 2

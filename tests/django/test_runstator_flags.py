@@ -188,13 +188,13 @@ def test_until_idle_leaves_a_task_another_session_holds_locked(
     from django.db import connections
     from django.tasks import TaskResultStatus
 
-    from stator import _cli
+    from stator._worker import serving
 
     locked = tasks_jobs.add.enqueue(1, 1)
     free = tasks_jobs.add.enqueue(2, 2)
     summaries: list[Any] = []
-    serve = _cli.serve
-    monkeypatch.setattr(_cli, "serve", lambda *a: summaries.append(serve(*a)) or summaries[-1])
+    serve = serving.serve
+    monkeypatch.setattr(serving, "serve", lambda *a: summaries.append(serve(*a)) or summaries[-1])
     db = connections[alias].settings_dict
     with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
                          dbname=db["NAME"]) as other:
@@ -211,16 +211,16 @@ def test_until_idle_leaves_a_task_another_session_holds_locked(
 
 def summaries_of(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The RunSummary of each worker ``runstator`` serves from now on."""
-    from stator import _cli
+    from stator._worker import serving
 
     found: list[Any] = []
-    serve = _cli.serve
+    serve = serving.serve
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         found.append(serve(*args, **kwargs))
         return found[-1]
 
-    monkeypatch.setattr(_cli, "serve", recording)
+    monkeypatch.setattr(serving, "serve", recording)
     return found
 
 

@@ -38,7 +38,7 @@ from stator._launcher._children import is_our_scheduler
 from . import tenant_app
 
 APP = "tenant_app:stator"
-STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
+STATOR = [sys.executable, "-c", "from stator.cli import main; main(prog_name='stator')"]
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 jobs = cast(Table, tenant_app.Job.__table__)
 

@@ -26,7 +26,7 @@ from sqlalchemy import func, insert, select, text
 from . import app_fixture
 
 # The console script without relying on PATH: the same interpreter as the tests.
-STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
+STATOR = [sys.executable, "-c", "from stator.cli import main; main(prog_name='stator')"]
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 T = TypeVar("T")
 

@@ -35,7 +35,7 @@ EXIT_IDLE = 0        # nothing due within the idle window (or stopped when asked
 EXIT_NO_SCHEMA = 3   # the database has no (or an outdated) Stator schema
 SCHEDULER_COMMAND = "launcher-scheduler"
 URL_VARIABLE = "STATOR_SCHEDULER_DB"  # the scheduler's database URL's parts, password included
-STATOR = [sys.executable, "-c", "from stator._cli import main; main(prog_name='stator')"]
+STATOR = [sys.executable, "-c", "from stator.cli import main; main(prog_name='stator')"]
 
 
 @dataclass

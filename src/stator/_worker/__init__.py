@@ -9,6 +9,11 @@
 - ``_calls``: the thread the coordinator's database steps run on;
 - ``_state``: what the parts share (options, the events every thread watches, the counts).
 
+``serving`` is the public serve loop around a worker (signals, the metrics port, exit codes)
+that ``stator run``, ``manage.py runstator`` and the launcher's schedulers share; it is
+imported from its module, not re-exported here, so that importing the engine does not load
+the terminal's libraries.
+
 The constants below are re-exported for reading; a test that changes one patches the module
 that reads it (``stator._worker._listener.LISTEN_WAIT``, say), not this package.
 """

@@ -66,10 +66,10 @@ class Command(BaseCommand):
                                  "more and the worker drains and exits 75.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from stator._cli import _setup_logging, fail
+        from stator._console import fail, setup_logging
         from stator._stator import MAX_CONCURRENCY
 
-        _setup_logging(LEVELS.get(options["verbosity"], "INFO"))
+        setup_logging(LEVELS.get(options["verbosity"], "INFO"))
         for name in ("concurrency", "batch_size", "max_tasks"):
             if options[name] is not None and options[name] < 1:
                 fail(f"--{name.replace('_', '-')} must be at least 1")
@@ -88,7 +88,8 @@ class Command(BaseCommand):
         self._run(options, with_signals=True)
 
     def _run(self, options: dict[str, Any], with_signals: bool) -> None:
-        from stator._cli import serve, serve_metrics, user_errors
+        from stator._console import user_errors
+        from stator._worker.serving import serve, serve_metrics
 
         with user_errors():
             check_or_fail()
@@ -193,7 +194,7 @@ def check_or_fail() -> None:
     """System checks first, so a broken model is one ``error:`` line, not a traceback."""
     from django.core import checks
 
-    from stator._cli import fail
+    from stator._console import fail
 
     errors = [m for m in checks.run_checks() if m.is_serious()]
     if errors:

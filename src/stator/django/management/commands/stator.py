@@ -42,7 +42,10 @@ class Command(BaseCommand):
                               "believed; repeatable (otherwise ignored).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from stator._cli import print_graphs, print_status, serve_dashboard, user_errors
+        from stator._console import user_errors
+        from stator.cli.dashboard import serve_dashboard
+        from stator.cli.graph import print_graphs
+        from stator.cli.status import print_status
 
         from .runstator import check_or_fail
 

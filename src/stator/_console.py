@@ -1,0 +1,71 @@
+"""What a Stator command shows on the terminal: its two consoles, the one ``error:`` line a
+user mistake ends with, and the format of its log lines.
+
+Shared by the ``stator`` command, the worker's serve loop (``_worker.serving``) and Django's
+``runstator`` and ``stator`` commands, so that a mistake reads the same from each of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.text import Text
+from sqlalchemy.exc import DBAPIError
+
+from ._incurable import is_disk_full
+from .errors import StatorError
+
+# Markup off: every text printed here may come from users, databases or exceptions, and rich
+# would eat anything in it that looks like a tag ("[postgresql]") or die on it ("[/x]").
+err = Console(stderr=True, markup=False)
+out = Console(markup=False, soft_wrap=True)  # a line piped to a file is not cut at 80
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """End the command with one ``error:`` line and ``code`` (2: the user can fix it)."""
+    error_line(message)
+    sys.exit(code)
+
+
+def error_line(message: str) -> None:
+    """The ``error:`` line alone, for a caller that must leave some other way than
+    ``sys.exit`` (a thread other than the main one)."""
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False,
+              soft_wrap=True)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the errors a user can fix into one clear line instead of a traceback."""
+    try:
+        yield
+    except StatorError as exc:
+        fail(str(exc))
+    except DBAPIError as exc:
+        first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        if is_disk_full(exc) or "disk i/o error" in first.lower():
+            fail(f"database error: {first}; is the disk that holds the database full "
+                 "(df -h) or failing?")
+        if exc.statement is None:  # it failed to connect at all
+            first += ("; check the database URL (the APP's, or --db) and that the database "
+                      "exists and is reachable")
+        fail(f"database error: {first}", code=1)
+
+
+def setup_logging(level: str) -> None:
+    """Rich's columns on a terminal; plain lines (no wrapping, no padding) in log files."""
+    handler: logging.Handler
+    if err.is_terminal:
+        handler = RichHandler(console=err, show_path=False, rich_tracebacks=False)
+        logging.basicConfig(level=level.upper(), format="%(message)s", handlers=[handler])
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -1,0 +1,67 @@
+"""``stator status``: rows per model and state, recent throughput and errors, live workers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from .._console import out, user_errors
+from ._app import app_command, load_app
+
+
+@click.command()
+@app_command
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(app: str, db: str | None, as_json: bool) -> None:
+    """Rows per model and state, what is due, recent throughput and errors, live workers."""
+    with user_errors():
+        report = load_app(app, db).status()
+    print_status(report, as_json)
+
+
+def print_status(report: dict[str, Any], as_json: bool) -> None:
+    """The report as JSON or as tables (``stator status``, ``manage.py stator status``)."""
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    _print_status(report)
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    table = Table(title=f"Stator status — {report['database']}", title_justify="left")
+    for column in ("model", "state", "role", "rows", "due", "oldest due", "failing"):
+        numeric = column in ("rows", "due", "failing")
+        table.add_column(column, justify="right" if numeric else "left")
+    for model in report["models"]:
+        for s in model["states"] or [{"state": "(empty)", "role": "", "rows": 0, "due": 0,
+                                      "oldest_due_seconds": None, "failing": 0}]:
+            age = s["oldest_due_seconds"]
+            table.add_row(
+                model["model"], s["state"], s["role"],
+                ("≈" if s.get("estimated") else "") + str(s["rows"]), str(s["due"]),
+                "" if age is None else f"{age:.1f}s", str(s["failing"]),
+            )
+    out.print(table)
+    for model in report["models"]:
+        recent = model["recent"]
+        if recent:
+            out.print(
+                f"{model['model']}: last 5 min {recent['processed']} processed, "
+                f"{recent['transitions']} transitions, {recent['errors']} errors, "
+                f"{recent['timeouts']} timeouts, max lag {recent['max_lag']:.1f}s",
+                highlight=False,
+            )
+    live = [w for w in report["workers"] if w["alive"]]
+    out.print(f"workers alive: {len(live)}", highlight=False)
+    for w in live:
+        out.print(f"  {w['id']} on {w['hostname']} pid {w['pid']}, concurrency "
+                  f"{w['concurrency']}, last seen {w['last_seen']}", highlight=False)
+    if report["errors"]:
+        out.print("recent errors:")
+        for e in report["errors"][:10]:
+            out.print(f"  {e['created_at']} {e['model']} {e['row_pk']} in {e['state']} "
+                      f"(attempt {e['attempt']}, {e['kind']}): {e['message']}", highlight=False)
+
