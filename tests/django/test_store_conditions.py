@@ -482,3 +482,41 @@ def test_an_idle_runstator_picks_up_another_processes_insert(
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+def test_a_django_worker_holds_a_bounded_number_of_connections() -> None:
+    """CONCURRENCY handler threads + coordinator + writer + listener, whatever CONN_MAX_AGE
+    says, and all of them closed when the worker ends (Takahē ran out of slots)."""
+    Order.objects.using("pg").bulk_create([Order(paid=True) for _ in range(200)])
+    stator = build_stator(models=[Order], alias="pg", concurrency=3)
+    worker = stator.worker(until_idle=True)
+    name = connections["pg"].settings_dict["NAME"]
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname=name,
+                         autocommit=True) as watcher:
+
+        def count() -> int:
+            row = watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                  "AND pid <> pg_backend_pid()", [name]).fetchone()
+            return int(row[0]) if row else 0
+
+        baseline = count()  # the test's own Django connection
+
+        def run() -> None:
+            try:
+                worker.run()
+            finally:
+                worker.store.thread_done()
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        most = 0
+        while runner.is_alive():
+            most = max(most, count() - baseline)
+            runner.join(0.01)
+        assert 0 < most <= 3 + 3
+        deadline = time.monotonic() + 30
+        while count() > baseline and time.monotonic() < deadline:
+            time.sleep(0.05)  # closing is asynchronous on the server's side
+        assert count() == baseline
+    assert Order.objects.using("pg").filter(state="charged").count() == 200
