@@ -196,7 +196,7 @@ def test_the_change_page_draws_the_graph_in_chromium(
                 page.screenshot(path=str(shot), full_page=True)
                 # A give-up edge: drawn in the error colour, its label written on it.
                 page.goto(f"{admin_site}/admin/orders/job/{job.pk}/change/")
-                label = page.locator("svg.graph .edge.exhausted .rate")
+                label = page.locator("svg.graph .edge.exhausted .label")
                 assert label.text_content() == "after 3 failures"
                 box = label.bounding_box()
                 assert box is not None and box["width"] > 40

@@ -32,7 +32,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .._clock import SystemClock
 from .._graph import State, StateGraph, role
-from .._graph_svg import extent, layout, to_svg
+from .._graph_layout import layout
+from .._graph_svg import extent, to_svg
 from .._graph_text import to_dot, to_mermaid
 from .._store import _dashboard, _operator_actions
 from ..errors import TransitionConflict, TransitionError
@@ -75,10 +76,15 @@ div.readonly:has(> .stator-graph) { min-width: 0; }
   stroke-width: 1.4; }
 .stator-graph svg.graph .edge.timed path { stroke-dasharray: 5 3; }
 .stator-graph svg.graph .edge.exhausted path { stroke: var(--error-fg, #ba2121); }
-.stator-graph svg.graph .edge .rate { fill: var(--body-quiet-color, #666); font-size: 11px;
-  paint-order: stroke; stroke: var(--body-bg, #fff); stroke-width: 4px;
-  stroke-linejoin: round; }
+.stator-graph svg.graph .edge .rate, .stator-graph svg.graph .edge .label {
+  fill: var(--body-quiet-color, #666); font-size: 11px; }
+.stator-graph svg.graph .edge.exhausted .label { fill: var(--error-fg, #ba2121); }
+.stator-graph svg.graph .node .inner { fill: none; stroke: #7f9bd1; stroke-width: 1; }
+.stator-graph svg.graph .node.terminal .inner { stroke: #2e8b57; }
+.stator-graph svg.graph .node.exhausted .inner { stroke: var(--error-fg, #ba2121); }
+.stator-graph svg.graph .legend { fill: var(--body-quiet-color, #666); font-size: 11px; }
 .stator-graph svg.graph marker path { fill: var(--body-quiet-color, #666); }
+.stator-graph svg.graph marker path.arrow-exhausted { fill: var(--error-fg, #ba2121); }
 .stator-graph pre { white-space: pre; overflow-x: auto; }
 """
 
@@ -123,8 +129,8 @@ def state_graph_html(graph: type[StateGraph], current: str | None,
     """The change page's graph: the drawing with ``current`` marked, and its text to copy."""
     roles = {name: role(state) for name, state in graph.states.items()}
     captions = {**roles, **({current: "current state"} if current in roles else {})}
-    svg = to_svg(graph, roles, current=current, captions=captions, labels=True)
-    smallest = int(extent(layout(graph))[0] * SHRINK)
+    svg = to_svg(graph, roles, current=current, captions=captions, rates=False)
+    smallest = int(extent(layout(graph, rates=False))[0] * SHRINK)
     dot = text_format == "dot"
     where = (format_html("Currently in <b>{}</b>.", current) if current in roles
              else format_html("Currently in <b>{}</b>, not a state of {}.", current or "?",
