@@ -32,15 +32,16 @@ Point = tuple[float, float]
 def graphs_the_tests_define() -> list[type[StateGraph]]:
     """Every StateGraph class at the top level of a module under tests/ (imported as the
     test run imports it; a module that cannot be imported here is an error, not a skip)."""
-    for path in (TESTS, TESTS / "django"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
     found: dict[int, type[StateGraph]] = {}
     for file in sorted(TESTS.rglob("*.py")):
         if "StateGraph)" not in file.read_text():
             continue
-        parts = file.relative_to(TESTS).with_suffix("").parts
-        name = ".".join(parts[1:] if parts[0] == "django" else parts)
+        root = file.parent  # as pytest imports it: from the first folder not a package
+        while (root / "__init__.py").exists():
+            root = root.parent
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        name = ".".join(file.relative_to(root).with_suffix("").parts)
         module = importlib.import_module(name)
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, StateGraph) \
