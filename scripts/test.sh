@@ -59,10 +59,11 @@ trap 'rm -rf "$SITE"' EXIT
 NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$SITE"
 "$VENV/bin/python" -m pytest "$@"
 
-# -- Python 3.12, Django 6.x: the Django tests again, the task backend among them ------------
+# -- Python 3.12, Django 6.x: the Django tests again, the task backend among them, and the ----
+# -- driver and engine suites, whose Django halves run on it too -----------------------------
 if [ ! -x "$VENV6/bin/python" ]; then
     "$PY312" -m venv "$VENV6"
 fi
 "$VENV6/bin/python" -m pip install --quiet --upgrade pip
 "$VENV6/bin/python" -m pip install --quiet -e ".[test]" "django>=6.0,<6.2"
-"$VENV6/bin/python" -m pytest tests/django "$@"
+"$VENV6/bin/python" -m pytest tests/django tests/driver tests/engine "$@"

@@ -1,16 +1,16 @@
 """Fast tests for the lines that make Stator safe, each one written to fail when its line is
 removed (``scripts/mutants.sh`` removes each and checks that this happens):
 
-- ``FOR UPDATE SKIP LOCKED`` in the claim (PostgreSQL): a claim skips rows another
-  transaction holds instead of queueing behind them;
 - the lease-time-left check: a row whose lease would run out before its handler's deadline
   is handed back unstarted, never run;
 - the wake-ups: an idle worker notices new work because it is told, not by polling (it does
   not poll at all once nothing is due);
 - the hand-back on a graceful stop: claimed rows that no handler started are made due again
-  at once, while the running handler is still running;
-- the lease in the fence of a delete, and of a write: a worker whose lease ran out and whose
-  row was claimed again cannot delete or overwrite it.
+  at once, while the running handler is still running.
+
+The lines of the drivers themselves (``FOR UPDATE SKIP LOCKED`` in the claim, the lease in
+the fence of a write and of a delete) are the conformance suite's, tests/driver/, which runs
+them on both drivers and both databases.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import make_url, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from stator import ManualClock, State, StateGraph, Stator, SystemClock, _policy
+from stator import State, StateGraph, Stator, SystemClock
 from stator._execute import Executor
-from stator._policy import Write
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -57,25 +56,6 @@ class Quick(StateGraph):
     @classmethod
     def check_new(cls, row: Any) -> State:
         return cls.done
-
-
-# -- SKIP LOCKED ----------------------------------------------------------------------------------
-
-
-def test_a_claim_skips_rows_another_transaction_holds(backend, clock, build_models, make_stator):
-    if backend.startswith("sqlite"):
-        pytest.skip("SQLite has one writer at a time: there is nothing to skip")
-    models = build_models(Quick)
-    # A claim that waits for a lock fails after a second instead of hanging the test.
-    url = make_url(backend)
-    url = url.update_query_dict({"options": url.query["options"] + " -clock_timeout=1000"})
-    stator = make_stator(url.render_as_string(hide_password=False), [models.Order], clock)
-    insert(stator, models.Order, 1, 2, 3)
-    (tracked,) = stator.store.tracked
-    with stator.engine.connect() as holder, holder.begin():  # another worker, mid-claim
-        holder.execute(select(models.Order).where(models.Order.id == 1).with_for_update())
-        claimed = stator.store.claim(tracked, clock.now(), 3)
-    assert sorted(c.pk for _obj, c in claimed) == [2, 3]
 
 
 # -- the lease-time-left check --------------------------------------------------------------------
@@ -200,39 +180,3 @@ def test_a_graceful_stop_hands_unstarted_rows_back_at_once(backend, build_models
     assert final[ran[0]].state == "done"
     assert sorted(pk for pk, r in final.items() if r.state == "new") == sorted(
         set(range(1, 6)) - set(ran))
-
-
-# -- the lease in the fences ----------------------------------------------------------------------
-
-
-def claim_twice(stator: Stator, clock: ManualClock) -> tuple[Any, Any]:
-    """Claim row 1, let that lease run out, claim it again: (first claim, second claim)."""
-    (tracked,) = stator.store.tracked
-    ((_obj, first),) = stator.store.claim(tracked, clock.now(), 1)
-    clock.set(first.lease_until + timedelta(seconds=1))
-    ((_obj, second),) = stator.store.claim(tracked, clock.now(), 1)
-    assert second.lease_until > first.lease_until
-    return first, second
-
-
-def test_a_delete_under_an_expired_lease_is_refused(backend, clock, build_models, make_stator):
-    models = build_models(Quick)
-    stator = make_stator(backend, [models.Order], clock)
-    insert(stator, models.Order, 1)
-    first, _second = claim_twice(stator, clock)
-    (tracked,) = stator.store.tracked
-    stale = Write(first.pk, first.state, first.lease_until, delete=True)
-    assert stator.store.write(tracked, [stale]) == {1}  # lost
-    assert 1 in rows(stator, models.Order)
-
-
-def test_a_write_under_an_expired_lease_is_refused(backend, clock, build_models, make_stator):
-    models = build_models(Quick)
-    stator = make_stator(backend, [models.Order], clock)
-    insert(stator, models.Order, 1)
-    first, second = claim_twice(stator, clock)
-    (tracked,) = stator.store.tracked
-    stale = _policy.move(first, Quick.done, clock.now())
-    assert stator.store.write(tracked, [stale]) == {1}  # lost
-    row = rows(stator, models.Order)[1]
-    assert row.state == "new" and row.state_next == second.lease_until
