@@ -137,6 +137,28 @@ class SqlDialect:
         """Django's ``DATABASES`` entry for ``url``, set up as Stator sets its own."""
         raise NotImplementedError
 
+    # -- the columns of stator.django: its time field, its default, a task's JSON -----------
+
+    def django_time(self, value: datetime) -> str | None:
+        """A time as a Django parameter for a Stator time column (a naive one taken as UTC),
+        spelled as the engine spells it; None: Django's own conversion."""
+        return None
+
+    def django_shown_time(self, sql: str) -> tuple[str, int]:
+        """A Stator time column as a page listing rows selects it, with how many times its
+        parameters occur: a value Python cannot hold reads as one it can (or NULL)."""
+        return sql, 1
+
+    def django_now_plus(self, seconds: float) -> str:
+        """The database's current UTC time plus ``seconds``, as SQL Django will %-format."""
+        if seconds:
+            return f"(CURRENT_TIMESTAMP + interval '{seconds:.6f} seconds')"
+        return "CURRENT_TIMESTAMP"
+
+    def django_json(self, expr: str) -> str:
+        """``expr`` (JSON text) as the value of a Django ``JSONField`` column."""
+        return expr
+
 
 class SqliteDialect(SqlDialect):
     name = "sqlite"
@@ -209,6 +231,24 @@ class SqliteDialect(SqlDialect):
             "ENGINE": "django.db.backends.sqlite3", "NAME": url.database,
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
         }
+
+    # -- the columns of stator.django (see ``SqlDialect``) ----------------------------------
+
+    def django_time(self, value: datetime) -> str | None:
+        # Django writes ``str(datetime)``, which drops a zero fraction; ``state_next`` is a
+        # fencing token compared for equality, so every writer spells a time the same way.
+        return to_sqlite_text(value if value.tzinfo is not None else value.replace(tzinfo=UTC))
+
+    def django_shown_time(self, sql: str) -> tuple[str, int]:
+        # A time SQLite reads, on a day that exists, before 24:00; garbage text reads as NULL.
+        return (f"(CASE WHEN julianday({sql}) IS NOT NULL AND date(julianday(substr("
+                f"{sql}, 1, 10))) = substr({sql}, 1, 10) AND substr({sql}, 12, 2) < '24' "
+                f"THEN {sql} END)", 5)
+
+    def django_now_plus(self, seconds: float) -> str:
+        if seconds:
+            return f"(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+{seconds:.6f} seconds'))"
+        return "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'))"
 
 
 class PostgresDialect(SqlDialect):
@@ -318,6 +358,17 @@ class PostgresDialect(SqlDialect):
             "HOST": url.host or "", "PORT": str(url.port or ""),
         }
 
+    # -- the columns of stator.django (see ``SqlDialect``) ----------------------------------
+
+    def django_shown_time(self, sql: str) -> tuple[str, int]:
+        # psycopg refuses infinity and years outside 1..9999: shown as the nearest it holds.
+        low, high = "'0001-01-02'::timestamptz", "'9999-12-30'::timestamptz"
+        clamp = f"CASE WHEN {sql} < {low} THEN {low} WHEN {sql} > {high} THEN {high} ELSE {sql} END"
+        return f"({clamp})", 3
+
+    def django_json(self, expr: str) -> str:
+        return f"CAST({expr} AS jsonb)"
+
 
 def dialect_for(engine_or_name: Engine | str) -> SqlDialect:
     name = engine_or_name if isinstance(engine_or_name, str) else engine_or_name.dialect.name
@@ -328,6 +379,14 @@ def dialect_for(engine_or_name: Engine | str) -> SqlDialect:
     from ..errors import ConfigError
 
     raise ConfigError(f"Stator supports SQLite and PostgreSQL, not {name!r}")
+
+def django_dialect(vendor: str) -> SqlDialect:
+    """The dialect of a Django connection's ``vendor``; for a database Stator does not run on
+    (another of the project's databases), the generic one: Django's own SQL, unchanged."""
+    return _DJANGO_DIALECTS.get(vendor) or SqlDialect()
+
+
+_DJANGO_DIALECTS: dict[str, SqlDialect] = {d.name: d for d in (SqliteDialect(), PostgresDialect())}
 
 
 # -- SQLite transaction control ------------------------------------------------------------

@@ -82,42 +82,37 @@ def _check_text(text: str, where: str) -> None:
                          "Unicode") from None
 
 
-def insert_sql(table: str, vendor: str, due: bool) -> str:
+def insert_sql(table: str, dialect: SqlDialect, due: bool) -> str:
     """The INSERT of one task; with ``due`` it also sets ``state_next`` (a deferred task),
     otherwise the column's database default makes the task due at once."""
     columns = [*INSERT_COLUMNS, "state_next"] if due else list(INSERT_COLUMNS)
-    json = "CAST(%s AS jsonb)" if vendor == "postgresql" else "%s"
-    values = [json if c in INSERT_JSON else "%s" for c in columns]
+    values = [dialect.django_json("%s") if c in INSERT_JSON else "%s" for c in columns]
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
 
 
-def insert_params(values: dict[str, Any], vendor: str) -> list[Any]:
+def insert_params(values: dict[str, Any], dialect: SqlDialect) -> list[Any]:
     columns = [*INSERT_COLUMNS, "state_next"] if "state_next" in values else INSERT_COLUMNS
     params: list[Any] = []
     for name in columns:
         value = values.get(name)
         if name in INSERT_JSON:
             value = json.dumps(value)
-        elif name in INSERT_TIMES and value is not None and vendor == "sqlite":
-            value = to_sqlite_text(value.astimezone(UTC))
+        elif name in INSERT_TIMES and value is not None:
+            text = dialect.django_time(value)
+            value = value if text is None else text
         params.append(value)
     return params
 
 
-def result_update_sql(
-    table: str, pk: str, pk_type: str, dialect: SqlDialect, json_type: str
-) -> str:
-    if dialect.name == "sqlite":  # one row at a time (see ``write_results``)
+def result_update_sql(table: str, pk: str, pk_type: str, dialect: SqlDialect) -> str:
+    if dialect.row_by_row_writes:  # one row at a time (see ``write_results``)
         placeholders = ", ".join(f"{c} = ?" for c in (*TIME_COLUMNS, *JSON_COLUMNS))
         return f"UPDATE {table} SET {placeholders} WHERE {pk} = ?"
     columns = [("pk", pk_type)] + [(c, "timestamptz") for c in TIME_COLUMNS]
     columns += [(c, "text") for c in JSON_COLUMNS]
     source = dialect.payload_source(columns)
     sets = [f"{c} = v.{c}" for c in TIME_COLUMNS]
-    if dialect.name == "postgresql":
-        sets += [f"{c} = CAST(v.{c} AS {json_type})" for c in JSON_COLUMNS]
-    else:  # SQLite keeps JSON as its text
-        sets += [f"{c} = v.{c}" for c in JSON_COLUMNS]
+    sets += [f"{c} = {dialect.django_json(f'v.{c}')}" for c in JSON_COLUMNS]
     return f"UPDATE {table} SET {', '.join(sets)} FROM {source} WHERE {table}.{pk} = v.pk"
 
 
@@ -127,14 +122,15 @@ def write_results(
     """PostgreSQL: one UPDATE from a JSON document of the batch.  SQLite runs in this
     process, so the same UPDATE once per row (``executemany``) costs no round trip and
     spares the JSON, in Python and in SQLite alike (as the fenced write does)."""
-    if dialect.name == "sqlite":
-        conn.exec_driver_sql(sql, [_sqlite_row(w.pk, w.extra) for w in writes])
+    if dialect.row_by_row_writes:
+        conn.exec_driver_sql(sql, [_row_params(w.pk, w.extra) for w in writes])
         return
-    rows = [_row(w.pk, w.extra, dialect) for w in writes]
+    rows = [_row(w.pk, w.extra) for w in writes]
     conn.execute(text(sql), {"payload": json.dumps(rows)})
 
 
-def _sqlite_row(pk: Any, values: dict[str, Any]) -> tuple[Any, ...]:
+def _row_params(pk: Any, values: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's values as SQLite's text (``to_sqlite_text``), for the row-by-row UPDATE."""
     times = [values.get(name) for name in TIME_COLUMNS]
     jsons = [values.get(name) for name in JSON_COLUMNS]
     return (
@@ -145,10 +141,10 @@ def _sqlite_row(pk: Any, values: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _row(pk: Any, values: dict[str, Any], dialect: SqlDialect) -> dict[str, Any]:
+def _row(pk: Any, values: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"pk": pk}
     for name in TIME_COLUMNS:
-        row[name] = _time(values.get(name), dialect)
+        row[name] = _time(values.get(name))
     for name in JSON_COLUMNS:
         value = values.get(name)
         # None is SQL NULL, as Django's JSONField(null=True) stores it.
@@ -156,10 +152,8 @@ def _row(pk: Any, values: dict[str, Any], dialect: SqlDialect) -> dict[str, Any]
     return row
 
 
-def _time(value: datetime | None, dialect: SqlDialect) -> str | None:
-    """Spelled as Django's DateTimeField stores it (UTC), so the ORM reads it back as usual."""
+def _time(value: datetime | None) -> str | None:
+    """In UTC, as the payload's ``timestamptz`` column reads it back."""
     if value is None:
         return None
-    if dialect.name == "sqlite":
-        return to_sqlite_text(value.astimezone(UTC) if value.tzinfo else value)
     return value.astimezone(UTC).isoformat() if value.tzinfo else value.isoformat()

@@ -148,10 +148,9 @@ class StatorTask(StatorModel):
         dialect = store.dialect
         sql = _RESULT_SQL.get(dialect.name)
         if sql is None:
-            json_type = "jsonb" if dialect.name == "postgresql" else "text"
             quote = store.engine.dialect.identifier_preparer.quote
             sql = _RESULT_SQL[dialect.name] = result_update_sql(
-                quote(cls._meta.db_table), quote(cls._meta.pk.column), "text", dialect, json_type
+                quote(cls._meta.db_table), quote(cls._meta.pk.column), "text", dialect
             )
         write_results(conn, sql, dialect, writes)
 

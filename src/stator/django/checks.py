@@ -18,6 +18,7 @@ from django.apps import apps
 from django.core import checks
 from django.db import connections, models
 
+from .._store._dialects import django_dialect
 from ._settings import stator_settings
 from ._stator_model import StatorModel, graph_of
 
@@ -91,7 +92,7 @@ def check_sqlite_wal(app_configs: Any = None, **_kwargs: Any) -> list[Any]:
     if alias not in connections:
         return []
     conn = connections[alias]
-    if conn.vendor != "sqlite" or conn.is_in_memory_db():
+    if not django_dialect(conn.vendor).wal or conn.is_in_memory_db():
         return []
     init = str(conn.settings_dict.get("OPTIONS", {}).get("init_command", ""))
     if "journal_mode=wal" in init.replace(" ", "").lower() or _file_is_wal(conn):

@@ -6,12 +6,12 @@ depend on a state graph (a renamed graph or a removed state must not break old m
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import models
 
-from .._types import to_sqlite_text
+from .._store._dialects import django_dialect
 
 
 class StatorDateTimeField(models.DateTimeField):
@@ -29,22 +29,14 @@ class StatorDateTimeField(models.DateTimeField):
         ``2026-13-45`` into the column, and one such row must not make every admin page that
         lists it a 500 (the engine itself sets the row aside, see ``_store._unreadable``)."""
         sql, params = super().select_format(compiler, sql, params)
-        vendor = compiler.connection.vendor
-        if vendor == "postgresql":
-            low, high = "'0001-01-02'::timestamptz", "'9999-12-30'::timestamptz"
-            return (f"(CASE WHEN {sql} < {low} THEN {low} WHEN {sql} > {high} THEN {high} "
-                    f"ELSE {sql} END)", (*params, *params, *params))
-        if vendor == "sqlite":  # a time SQLite reads, on a day that exists, before 24:00
-            return (f"(CASE WHEN julianday({sql}) IS NOT NULL AND date(julianday(substr("
-                    f"{sql}, 1, 10))) = substr({sql}, 1, 10) AND substr({sql}, 12, 2) < '24' "
-                    f"THEN {sql} END)", (*params, *params, *params, *params, *params))
-        return sql, params
+        shown, times = django_dialect(compiler.connection.vendor).django_shown_time(sql)
+        return shown, tuple(params) * times
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
-        if connection.vendor == "sqlite" and isinstance(value, datetime):
-            if value.tzinfo is None:  # USE_TZ = False: Django's naive times are taken as UTC
-                value = value.replace(tzinfo=UTC)
-            return to_sqlite_text(value)
+        if isinstance(value, datetime):  # USE_TZ = False: Django's naive times are UTC here
+            text = django_dialect(connection.vendor).django_time(value)
+            if text is not None:
+                return text
         return super().get_db_prep_value(value, connection, prepared)
 
 
@@ -71,11 +63,4 @@ class NowPlus(models.Func):
         return "stator.django.fields.NowPlus", (self.seconds,), {}
 
     def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
-        offset = f"{self.seconds:.6f}"
-        if connection.vendor == "sqlite":
-            if self.seconds:
-                return f"(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+{offset} seconds'))", []
-            return "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'))", []
-        if self.seconds:
-            return f"(CURRENT_TIMESTAMP + interval '{offset} seconds')", []
-        return "CURRENT_TIMESTAMP", []
+        return django_dialect(connection.vendor).django_now_plus(self.seconds), []

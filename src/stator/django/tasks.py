@@ -51,6 +51,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from .._store._dialects import django_dialect
 from .._store._tasks import MAX_ARGUMENTS_BYTES, check_arguments, insert_params, insert_sql
 from ._settings import stator_settings
 
@@ -113,12 +114,13 @@ class StatorBackend(BaseTaskBackend):
             values["state_next"] = task.run_after  # due then, not at once
         using = _database()
         conn = connections[using]
+        dialect = django_dialect(conn.vendor)
         key = (conn.vendor, task.run_after is not None)
         sql = _INSERTS.get(key)
         if sql is None:
-            sql = _INSERTS[key] = insert_sql(_task_model()._meta.db_table, *key)
+            sql = _INSERTS[key] = insert_sql(_task_model()._meta.db_table, dialect, key[1])
         with conn.cursor() as cursor:
-            cursor.execute(sql, insert_params(values, conn.vendor))
+            cursor.execute(sql, insert_params(values, dialect))
         self._announce(result, using)
 
     def _announce(self, result: TaskResult, using: str) -> None:
