@@ -31,7 +31,9 @@ from pgserver import _pg_url  # noqa: E402
 from stator import ManualClock, State, StateGraph, Stator  # noqa: E402
 from stator._store._tracked import TrackedModel  # noqa: E402
 from stator._store.interface import Driver  # noqa: E402
+from stator._types import UTCDateTime  # noqa: E402
 from stator.django._setup import build_stator  # noqa: E402
+from stator.django.fields import StatorDateTimeField  # noqa: E402
 from stator.django.models import StatorModel  # noqa: E402
 from stator.sqlalchemy import StatorMixin  # noqa: E402
 
@@ -77,10 +79,12 @@ class Rig:
     # -- models and drivers -------------------------------------------------------------------
 
     def model(self, graph: type[StateGraph], *, table: str = "orders", priority: bool = False,
-              history: bool = False) -> type:
+              history: bool = False, times: tuple[str, ...] = (), texts: tuple[str, ...] = (),
+              hooks: dict[str, Any] | None = None) -> type:
         """A model of this integration run by ``graph``: an integer key, ``group`` and
-        ``order`` (reserved words; ``order`` the claim priority if ``priority``) and, with
-        ``history``, ``state_history``."""
+        ``order`` (reserved words; ``order`` the claim priority if ``priority``), with
+        ``history`` ``state_history``, nullable time columns ``times`` and text columns
+        ``texts``, and ``hooks`` as class attributes (``stator_write_extra``...)."""
         if self.kind == "django":
             meta = type("Meta", (), {"apps": Apps(), "app_label": "driver_suite",
                                      "db_table": table})
@@ -92,6 +96,8 @@ class Rig:
             }
             if history:
                 attrs["state_history"] = models.JSONField(null=True)
+            attrs.update({name: StatorDateTimeField(null=True) for name in times})
+            attrs.update({name: models.CharField(max_length=200, null=True) for name in texts})
             base: tuple[type, ...] = (StatorModel,)
         else:
 
@@ -106,9 +112,12 @@ class Rig:
             }
             if history:
                 attrs["state_history"] = mapped_column(JSON, nullable=True)
+            attrs.update({name: mapped_column(UTCDateTime(), nullable=True) for name in times})
+            attrs.update({name: mapped_column(String(200), nullable=True) for name in texts})
             base = (StatorMixin, Base)
         if priority:
             attrs["stator_claim_priority"] = "order"
+        attrs.update(hooks or {})
         return type("Row", base, attrs)
 
     def driver(self, *models: type, migrate: bool = True) -> Driver:
