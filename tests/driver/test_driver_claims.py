@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 from driver_rig import Flow, Rig
+from sqlalchemy import text
 
 from stator import ManualClock
+from stator._store._unreadable import SET_ASIDE
+from stator._types import UTCDateTime
 
 
 def test_a_claim_takes_the_due_rows_and_leases_them(rig: Rig, clock: ManualClock) -> None:
@@ -130,3 +133,34 @@ def test_a_claim_waits_for_sqlites_one_writer_then_takes_every_row(
     other.close()
     claimer.join(30)
     assert sorted(c.pk for _obj, c in got[0]) == [1, 2]
+
+
+# A value a row cannot be read with, per database (valid to the database, not to Python).
+GARBAGE = {"sqlite": [("state_changed", "'garbage'"), ("state_attempts", "'abc'")],
+           "postgresql": [("state_changed", "'infinity'"), ("state_changed", "'20000-01-01'")]}
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_a_row_the_claim_cannot_read_is_recorded_and_set_aside(
+    rig: Rig, clock: ManualClock, case: int
+) -> None:
+    """The claim returns the readable rows; the other is recorded as an error, gets one
+    more attempt and is due again only after ``SET_ASIDE``."""
+    driver = rig.driver(rig.model(Flow))
+    rig.insert(driver, {"id": 1}, {"id": 2}, {"id": 3})
+    column, value = GARBAGE[rig.database][case]
+    (tracked,) = driver.tracked
+    with driver.engine.begin() as conn:
+        conn.execute(text(f"UPDATE {tracked.quoted_table} SET {column} = {value} WHERE id = 2"))
+    claimed = driver.claim(tracked, clock.now(), 5)
+    assert sorted(c.pk for _obj, c in claimed) == [1, 3]
+    (error,) = driver.recent_errors()
+    assert (error["row_pk"], error["kind"], error["attempt"]) == ("2", "unreadable", 1)
+    assert column in error["message"]
+    with driver.engine.connect() as conn:
+        attempts, due = conn.execute(text(
+            f"SELECT state_attempts, state_next FROM {tracked.quoted_table} WHERE id = 2")).one()
+        assert UTCDateTime().process_result_value(due, conn.dialect) == clock.now() + SET_ASIDE
+        conn.rollback()
+    assert attempts == 1
+    assert driver.claim(tracked, clock.now(), 5) == []
