@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from stator import ConfigError, SchemaError, State, StateGraph, Stator
+from stator import ConfigError, SchemaError, State, StateGraph, Stator, SystemClock
 from stator._store._schema import SCHEMA_VERSION
 
 
@@ -25,8 +25,8 @@ def unmigrated(backend, clock, build_models):
     """``unmigrated(table=...)``: a Stator over a fresh ``Order`` model, not yet migrated."""
     made = []
 
-    def make(graph=Orders, **options):
-        stator = Stator(backend, [build_models(graph, **options).Order], clock=clock)
+    def make(graph=Orders, time=clock, **options):
+        stator = Stator(backend, [build_models(graph, **options).Order], clock=time)
         made.append(stator)
         return stator
 
@@ -115,7 +115,7 @@ def test_rows_inserted_after_adding_columns_are_scheduled_from_their_insert(unmi
         def check_new(cls, order):
             return cls.done
 
-    stator = unmigrated(Slow)
+    stator = unmigrated(Slow, time=SystemClock())  # the database's own time, as its defaults
     execute(stator, "CREATE TABLE orders (id INTEGER PRIMARY KEY, note VARCHAR(100))")
     execute(stator, "INSERT INTO orders (id) VALUES (1)")
     stator.migrate()
@@ -185,3 +185,18 @@ def test_models_must_use_the_mixin(order_model, build_models):
 def test_bad_options_are_config_errors(order_model, option):
     with pytest.raises(ConfigError, match="at least 1"):
         Stator("sqlite://", [order_model], **option)
+
+
+def test_rows_that_predate_the_columns_enter_at_the_clocks_time(unmigrated, clock):
+    """The migration's "now" is the injected clock's (where the database takes it as a
+    constant; SQLite's added columns get the database's time from a trigger instead)."""
+    stator = unmigrated()
+    if stator.store.dialect.constant_added_defaults:
+        pytest.skip("SQLite dates the existing rows itself (see _sqlite_time_defaults)")
+    execute(stator, "CREATE TABLE orders (id INTEGER PRIMARY KEY, note VARCHAR(100))",
+            "INSERT INTO orders (id) VALUES (1)")
+    clock.advance(3600)
+    stator.migrate()
+    with Session(stator.engine) as session:
+        existing = session.get(stator.models[0], 1)
+        assert (existing.state_changed, existing.state_next) == (clock.now(), clock.now())

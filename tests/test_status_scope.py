@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from stator import State, StateGraph
-from stator._store import _schema
+from stator._store import Heartbeat, _schema
 
 
 class Steps(StateGraph):
@@ -39,7 +39,7 @@ def test_status_shows_only_this_apps_errors_and_workers(
     now = clock.now()
     for stator, name, worker in ((mine, "mine", "w-mine"), (theirs, "theirs", "w-theirs")):
         record_error(stator, name, f"{name} failed")
-        stator.store.heartbeat(worker, now, now, 4, [name], {}, os.getpid())
+        stator.store.heartbeat(Heartbeat(worker, now, now, 4, (name,), {}, os.getpid()))
 
     report = mine.status()
     assert [e["message"] for e in report["errors"]] == ["mine failed"]

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, ColumnElement, Engine, create_engine
+from sqlalchemy import URL, ColumnElement, Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -20,7 +20,7 @@ from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
-from ._store import Store, TrackedModel
+from ._store import StateCount, Store, TrackedModel
 from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
@@ -77,7 +77,7 @@ class Stator:
         self.batch_size = batch_size
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
         self.engine = db if isinstance(db, Engine) else _create_engine(db, concurrency)
-        self.store: Driver = Store(self.engine, self.models)
+        self.store: Driver = Store(self.engine, self.models, clock=self.clock)
 
     @classmethod
     def _over_store(
@@ -87,7 +87,7 @@ class Stator:
         """A Stator over a store built elsewhere (the Django integration's)."""
         self = cls.__new__(cls)
         self.models = list(models)
-        self.clock = clock or SystemClock()
+        self.clock = clock or store.clock
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.listen_url = listen_url
@@ -125,18 +125,12 @@ class Stator:
         same transaction, send the launcher ``restart``: its scheduler for this database
         then finds no schema and is disabled.  Returns what it did."""
         from ._launcher._messages import has_table, send_message
-        from ._store import BEGIN_OPTION
-        from ._store._migrate import missing_sqlite_file
-        from ._store._schema import uninstall
 
-        if missing_sqlite_file(self.engine) is not None:
-            return []  # nothing to remove, and no empty file to leave behind
-        writing = self.engine.connect().execution_options(**{BEGIN_OPTION: "immediate"})
-        with writing as conn, conn.begin():
-            done = uninstall(conn)
-            if done and has_table(conn):
+        def restart_launcher(conn: Connection) -> None:
+            if has_table(conn):
                 send_message(conn, "restart", clock=self.clock)
-        return done
+
+        return self.store.uninstall(restart_launcher)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -295,13 +289,13 @@ class Stator:
         self.check()
         now = self.clock.now()
         counts = self.store.state_counts(now)
-        stats = {s["model"]: s for s in self.store.recent_stats(now - RECENT)}
-        models = []
+        stats = {s.model: s.as_row() for s in self.store.recent_stats(now - RECENT)}
+        models: list[dict[str, Any]] = []
         for tracked in self.store.tracked:
             graph = tracked.graph
             states = [
-                {**_state_row(c, now), "role": role(graph.states.get(c["state"]))}
-                for c in counts if c["model"] == tracked.name
+                {**_state_row(c, now), "role": role(graph.states.get(c.state))}
+                for c in counts if c.model == tracked.name
             ]
             models.append({
                 "model": tracked.name, "graph": graph.__name__, "states": states,
@@ -309,7 +303,7 @@ class Stator:
             })
         names = [t.name for t in self.store.tracked]  # this app's, not the database's
         workers = [
-            {**w, "alive": now - w["last_seen"] <= LIVE_AFTER}
+            {**w.as_row(), "alive": now - w.last_seen <= LIVE_AFTER}
             for w in self.store.workers(names)
         ]
         return {
@@ -317,7 +311,7 @@ class Stator:
             "now": now.isoformat(),
             "models": models,
             "workers": [_jsonable(w) for w in workers],
-            "errors": [_jsonable(e) for e in self.store.recent_errors(models=names)],
+            "errors": [_jsonable(e.as_row()) for e in self.store.recent_errors(models=names)],
         }
 
 
@@ -330,12 +324,12 @@ async def _run_async_inline(executor: Executor, task: Task) -> None:
         await executor.store.loop_done()
 
 
-def _state_row(c: dict[str, Any], now: datetime) -> dict[str, Any]:
-    oldest: datetime | None = c["oldest_due"]
+def _state_row(c: StateCount, now: datetime) -> dict[str, Any]:
+    oldest = c.oldest_due
     return {
-        "state": c["state"], "rows": c["rows"], "due": c["due"], "failing": c["failing"],
+        "state": c.state, "rows": c.rows, "due": c.due, "failing": c.failing,
         "oldest_due_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
-        "known": c["known"], "estimated": c.get("estimated", False),
+        "known": c.known, "estimated": c.estimated,
     }
 
 

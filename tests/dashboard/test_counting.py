@@ -37,22 +37,22 @@ def test_big_postgresql_tables_are_counted_from_statistics_and_the_claim_index(
         conn.execute(text(f"ANALYZE {m.Order.__table__.name}"))
         conn.commit()
     now = stator.clock.now()
-    exact = {c["state"]: c for c in _dashboard.state_counts(stator.store, now)}
-    assert not any(c["estimated"] for c in exact.values())
-    guessed = {c["state"]: c for c in
+    exact = {c.state: c for c in _dashboard.state_counts(stator.store, now)}
+    assert not any(c.estimated for c in exact.values())
+    guessed = {c.state: c for c in
                _dashboard.state_counts(stator.store, now, exact_below=0)}
-    assert all(c["estimated"] for c in guessed.values())
+    assert all(c.estimated for c in guessed.values())
     # ANALYZE reads a table this small whole: the statistics are exact here.
-    assert {s: c["rows"] for s, c in guessed.items() if c["rows"]} == {
-        s: c["rows"] for s, c in exact.items()}
-    assert guessed["new"]["due"] == exact["new"]["due"] == 200
-    assert guessed["new"]["oldest_due"] == exact["new"]["oldest_due"]
-    assert guessed["new"]["failing"] == exact["new"]["failing"] == 4  # failed this hour
+    assert {s: c.rows for s, c in guessed.items() if c.rows} == {
+        s: c.rows for s, c in exact.items()}
+    assert guessed["new"].due == exact["new"].due == 200
+    assert guessed["new"].oldest_due == exact["new"].oldest_due
+    assert guessed["new"].failing == exact["new"].failing == 4  # failed this hour
     stator.clock.advance(3600 * 2)
-    later = {c["state"]: c for c in
+    later = {c.state: c for c in
              _dashboard.state_counts(stator.store, stator.clock.now(), exact_below=0)}
-    assert later["new"]["failing"] == 0  # the error log's window has passed
-    assert later["new"]["due"] == 204
+    assert later["new"].failing == 0  # the error log's window has passed
+    assert later["new"].due == 204
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -68,8 +68,8 @@ def test_the_due_count_stops_at_its_cap(
         s.commit()
     monkeypatch.setattr(_counts, "DUE_CAP", 10)
     (new,) = [c for c in _dashboard.state_counts(stator.store, clock.now(), exact_below=0)
-              if c["state"] == "new"]
-    assert new["due"] == 10 and new["rows"] >= 10
+              if c.state == "new"]
+    assert new.due == 10 and new.rows >= 10
 
 
 def test_layout_puts_each_state_in_a_column_after_its_parents() -> None:

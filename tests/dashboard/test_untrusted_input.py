@@ -251,11 +251,11 @@ def test_estimated_counts_include_rare_and_unknown_states_and_sum_to_the_row_cou
         conn.execute(text("ANALYZE orders"))
         total = conn.execute(text("SELECT count(*) FROM orders")).scalar_one()
     counts = [c for c in _dashboard.state_counts(stator.store, stator.clock.now(), exact_below=0)
-              if c["model"] == "orders"]
-    assert all(c["estimated"] for c in counts)
+              if c.model == "orders"]
+    assert all(c.estimated for c in counts)
     # ANALYZE reads a table this small whole: its statistics are exact, rare values aside.
-    assert sum(c["rows"] for c in counts) == total == 303
-    by_state = {c["state"]: c["rows"] for c in counts}
+    assert sum(c.rows for c in counts) == total == 303
+    by_state = {c.state: c.rows for c in counts}
     assert by_state["ghost"] == 20
 
 

@@ -79,10 +79,10 @@ def test_state_counts_count_rows_due_and_failing_per_state(
         {"id": 3, "state": "held", "state_changed": now, "state_next": None},
         {"id": 4, "state": "legacy", "state_changed": now, "state_next": None},
     )
-    counts = {c["state"]: c for c in driver.state_counts(now)}
+    counts = {c.state: c for c in driver.state_counts(now)}
     assert set(counts) == {"new", "held", "legacy"}
     new = counts["new"]
-    assert (new["model"], new["rows"], new["due"], new["failing"], new["known"]) == (
+    assert (new.model, new.rows, new.due, new.failing, new.known) == (
         "orders", 2, 1, 1, True)
-    assert (counts["held"]["rows"], counts["held"]["due"]) == (1, 0)
-    assert (counts["legacy"]["rows"], counts["legacy"]["known"]) == (1, False)
+    assert (counts["held"].rows, counts["held"].due) == (1, 0)
+    assert (counts["legacy"].rows, counts["legacy"].known) == (1, False)

@@ -76,6 +76,6 @@ def test_names_that_need_quotes_go_through_every_operation(
     assert row is not None and (row["state"], row["group"]) == ("held", "b")
     assert [entry[0] for entry in row["state_history"]] == ["held"]
     assert rig.row(driver, 1) is None
-    assert {c["state"]: c["rows"] for c in driver.state_counts(now)} == {"held": 1}
+    assert {c.state: c.rows for c in driver.state_counts(now)} == {"held": 1}
     assert driver.due_depth(driver.tracked, now + timedelta(1)) == {table: DueDepth(0, 0.0)}
     assert driver.migrate() == []  # idempotent: its triggers found again under their names

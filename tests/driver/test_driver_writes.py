@@ -138,11 +138,11 @@ def test_a_failure_is_written_with_its_record(rig: Rig, clock: ManualClock) -> N
     assert row is not None and (row["state"], row["state_attempts"]) == ("new", 1)
     assert row["state_next"] == write.state_next
     (error,) = driver.recent_errors()
-    assert (error["model"], error["row_pk"], error["state"], error["attempt"]) == (
+    assert (error.model, error.row_pk, error.state, error.attempt) == (
         "orders", "1", "new", 1)
-    assert (error["kind"], error["message"], error["worker_id"]) == (
+    assert (error.kind, error.message, error.worker_id) == (
         "error", "RuntimeError: boom", "w-1")
-    assert error["traceback"] == "Traceback: ..."
+    assert error.traceback == "Traceback: ..."
 
 
 def test_a_refused_failure_leaves_no_record(rig: Rig, clock: ManualClock) -> None:

@@ -30,6 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from stator import CycleReport, ManualClock, State, Stator, TransitionConflict, TransitionError
 from stator._policy import Moved, after_run
+from stator._store import ErrorRecord
 from stator.sqlalchemy import StatorMixin
 
 # -- the SQLAlchemy twins of djtest.orders ---------------------------------------------------
@@ -131,8 +132,8 @@ def receipts(shop: SimpleNamespace, pk: Any) -> int:
         return int(session.scalar(query) or 0)
 
 
-def errors_of(shop: SimpleNamespace, pk: Any) -> list[dict[str, Any]]:
-    return [e for e in shop.stator.store.recent_errors(100) if e["row_pk"] == str(pk)]
+def errors_of(shop: SimpleNamespace, pk: Any) -> list[ErrorRecord]:
+    return [e for e in shop.stator.store.recent_errors(100) if e.row_pk == str(pk)]
 
 
 def tracked_of(stator: Stator, model: type) -> Any:
@@ -167,7 +168,7 @@ def test_handler_writes_commit_only_with_its_transition(shop: SimpleNamespace) -
     assert (row.state, row.state_attempts, history(row)) == ("new", 1, [])
     assert receipts(shop, 1) == 0  # the handler's write was rolled back with its failure
     (error,) = errors_of(shop, 1)
-    assert "RuntimeError: boom after writing" in error["message"]
+    assert "RuntimeError: boom after writing" in error.message
 
 
 def test_failures_back_off_then_give_up(shop: SimpleNamespace, clock: ManualClock) -> None:
@@ -201,7 +202,7 @@ def test_a_return_value_the_graph_refuses_is_a_failure(shop: SimpleNamespace) ->
     assert run(shop).errors == 1
     assert load(shop.stator, shop.jobs, 1).state_attempts == 1
     (error,) = errors_of(shop, 1)
-    assert error["kind"] == "invalid"
+    assert error.kind == "invalid"
 
 
 def test_application_transition_wins_a_race_cleanly(shop: SimpleNamespace) -> None:

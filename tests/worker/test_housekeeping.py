@@ -50,7 +50,7 @@ def test_a_heartbeat_writes_the_workers_row_and_the_end_removes_it(
     keeper, _tally = make_housekeeper(stator, clock, liveness)
     keeper.tick(run_it)  # the first tick beats at once
     (row,) = stator.store.workers()
-    assert (row["id"], row["concurrency"], row["models"]) == ("test-keeper", 3, "orders")
+    assert (row.id, row.concurrency, row.models) == ("test-keeper", 3, ("orders",))
     assert liveness.exists()
     keeper.final()
     assert stator.store.workers() == []
@@ -78,10 +78,10 @@ def test_a_stats_period_is_written_and_one_not_written_is_kept(
     assert tally.totals["orders"].processed == 3  # the closed period, written
     assert tally.period["orders"].processed == 1  # the count made meanwhile: the next period
     (recent,) = stator.store.recent_stats(clock.now() - timedelta(hours=1))
-    assert (recent["model"], recent["processed"]) == ("orders", 3)
+    assert (recent.model, recent.processed) == ("orders", 3)
 
     clock.advance(1)
     keeper.final()
     assert tally.totals["orders"].processed == 4
     (recent,) = stator.store.recent_stats(clock.now() - timedelta(hours=1))
-    assert recent["processed"] == 4
+    assert recent.processed == 4

@@ -1,14 +1,26 @@
-"""The storage layer: the only place that speaks SQL."""
+"""The drivers: the ``Driver`` interface (``interface.py``) every part of the engine holds,
+its typed records (``_records.py``), the SQL both drivers share (statements, every difference
+between databases in ``_dialects.py``, Stator's own tables), and the SQLAlchemy driver
+(``Store``).  The Django driver (``_django.py``) is imported only where Django is, so it is
+not exported here."""
 
 from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
+from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
 from ._store import Store
 from ._tracked import TrackedModel
+from .interface import Driver
 
 __all__ = [
     "BEGIN_OPTION",
     "NOTIFY_CHANNEL",
+    "Driver",
+    "ErrorRecord",
+    "Heartbeat",
+    "ModelStats",
     "SqlDialect",
+    "StateCount",
     "Store",
     "TrackedModel",
+    "WorkerRecord",
     "dialect_for",
 ]

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, delete, func, insert, select
 
 from . import _schema
 from ._operations import WRITE
+from ._records import ErrorRecord, Heartbeat, ModelStats, WorkerRecord
 
 
 class Bookkeeping:
@@ -25,22 +26,19 @@ class Bookkeeping:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def heartbeat(
-        self, worker_id: str, started: datetime, now: datetime, concurrency: int,
-        models: list[str], threads: dict[str, str], pid: int,
-    ) -> None:
+    def heartbeat(self, beat: Heartbeat) -> None:
         row = {
-            "hostname": socket.gethostname(), "pid": pid, "started_at": started,
-            "last_seen": now, "concurrency": concurrency, "models": ",".join(models),
-            "threads": json.dumps(threads),
+            "hostname": socket.gethostname(), "pid": beat.pid, "started_at": beat.started,
+            "last_seen": beat.now, "concurrency": beat.concurrency,
+            "models": ",".join(beat.models), "threads": json.dumps(dict(beat.threads)),
         }
         table = _schema.workers_table
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
             updated = conn.execute(
-                table.update().where(table.c.id == worker_id).values(**row)
+                table.update().where(table.c.id == beat.worker_id).values(**row)
             ).rowcount
             if not updated:
-                conn.execute(insert(table).values(id=worker_id, **row))
+                conn.execute(insert(table).values(id=beat.worker_id, **row))
 
     def forget_worker(self, worker_id: str) -> None:
         table = _schema.workers_table
@@ -66,7 +64,7 @@ class Bookkeeping:
             conn.execute(delete(errors).where(errors.c.created_at < prune_before))
             conn.execute(delete(workers).where(workers.c.last_seen < prune_before))
 
-    def recent_stats(self, since: datetime) -> list[dict[str, Any]]:
+    def recent_stats(self, since: datetime) -> list[ModelStats]:
         s = _schema.stats_table
         query = (
             select(
@@ -79,15 +77,15 @@ class Bookkeeping:
         )
         with self.engine.connect() as conn:
             return [
-                {"model": m, "processed": int(p or 0), "transitions": int(tr or 0),
-                 "errors": int(e or 0), "timeouts": int(to or 0), "lost": int(lo or 0),
-                 "max_lag": float(lag or 0)}
+                ModelStats(model=m, processed=int(p or 0), transitions=int(tr or 0),
+                           errors=int(e or 0), timeouts=int(to or 0), lost=int(lo or 0),
+                           max_lag=float(lag or 0))
                 for m, p, tr, e, to, lo, lag in conn.execute(query)
             ]
 
     def recent_errors(
         self, limit: int = 20, models: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ErrorRecord]:
         """The newest errors, of ``models`` only if given (another app may share the
         database and Stator's tables)."""
         e = _schema.errors_table
@@ -95,14 +93,15 @@ class Bookkeeping:
         if models is not None:
             query = query.where(e.c.model.in_(list(models)))
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(query)]
+            return [ErrorRecord(**r._mapping) for r in conn.execute(query)]
 
-    def workers(self, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
         """Workers that run any of ``models`` (all workers if not given)."""
         w = _schema.workers_table
         with self.engine.connect() as conn:
-            rows = [dict(r._mapping) for r in conn.execute(select(w).order_by(w.c.started_at))]
+            rows = [WorkerRecord.from_row(r._mapping)
+                    for r in conn.execute(select(w).order_by(w.c.started_at))]
         if models is None:
             return rows
         wanted = set(models)
-        return [r for r in rows if wanted & set(r["models"].split(","))]
+        return [r for r in rows if wanted & set(r.models)]

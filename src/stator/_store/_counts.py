@@ -12,7 +12,6 @@ pages mark them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, func, select, text
 
 from . import _schema
+from ._records import StateCount
 from ._tracked import TrackedModel
 from ._unreadable import readable_time
 
@@ -40,10 +40,10 @@ OTHER_STATES = "(other)"
 
 def state_counts(
     store: Store, now: datetime, exact_below: int = EXACT_BELOW
-) -> list[dict[str, Any]]:
+) -> list[StateCount]:
     """Per model and state: rows, due now, oldest due time, failing rows; ``estimated``
     says whether the figures are estimates (see the module's docstring)."""
-    out: list[dict[str, Any]] = []
+    out: list[StateCount] = []
     with store.engine.connect() as conn:
         for t in store.tracked:
             size = _estimated_size(store, conn, t)
@@ -52,7 +52,7 @@ def state_counts(
                 counted = _estimated_counts(store, conn, t, now, size)
             else:
                 counted = _exact_counts(store, conn, t, now)
-            out.extend(_capped(counted, t))
+            out.extend(StateCount(**c) for c in _capped(counted, t))
         conn.rollback()
     return out
 
@@ -189,14 +189,10 @@ def live_workers(store: Store, now: datetime, live_after: timedelta) -> list[dic
     names = [t.name for t in store.tracked]
     out = []
     for w in store.workers(names):
-        if now - w["last_seen"] > live_after:
+        if now - w.last_seen > live_after:
             continue
-        try:
-            threads = json.loads(w["threads"])
-        except ValueError:
-            threads = {}
-        busy = sum(1 for v in threads.values() if str(v) == "running")
-        out.append({**w, "in_flight": busy})
+        busy = sum(1 for v in w.threads.values() if str(v) == "running")
+        out.append({**w.as_row(), "in_flight": busy})
     return out
 
 

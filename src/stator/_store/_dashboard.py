@@ -53,14 +53,14 @@ def error_groups(
     type; the largest groups first, each with its newest error."""
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for e in store.recent_errors(limit=limit, models=models):
-        key = (e["model"], e["state"], exception_of(e["kind"], e["message"]))
+        key = (e.model, e.state, exception_of(e.kind, e.message))
         group = groups.get(key)
         if group is None:
             groups[key] = {"model": key[0], "state": key[1], "exception": key[2], "count": 1,
-                           "rows": {e["row_pk"]}, "last": e}
+                           "rows": {e.row_pk}, "last": e}
         else:
             group["count"] += 1
-            group["rows"].add(e["row_pk"])
+            group["rows"].add(e.row_pk)
     out = sorted(groups.values(), key=lambda g: (-g["count"], g["model"], g["state"]))
     for g in out:
         g["rows"] = len(g["rows"])

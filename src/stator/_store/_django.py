@@ -30,6 +30,7 @@ from sqlalchemy import Column, Connection, MetaData, Table, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import UserDefinedType
 
+from .._clock import Clock, SystemClock
 from .._policy import Claimed, Write
 from .._types import UTCDateTime
 from ..django.fields import StatorDateTimeField
@@ -40,6 +41,7 @@ from ._django_connections import AUTOCOMMIT, _Borrowed, database_url, django_eng
 from ._django_scopes import DjangoScopes
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
+from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
 from ._tracked import TrackedModel
 from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
 
@@ -66,11 +68,13 @@ class DjangoStore:
     migrate_hint = "run `manage.py migrate`"
 
     def __init__(
-        self, alias: str, models: Sequence[type], options: dict[str, Any] | None = None
+        self, alias: str, models: Sequence[type], options: dict[str, Any] | None = None,
+        *, clock: Clock | None = None,
     ) -> None:
         """``options`` reach each model's ``stator_claim_where(options)`` if it has one
         (``runstator --queue`` passes ``{"queues": [...]}``; None means all)."""
         self.alias = alias
+        self.clock: Clock = clock or SystemClock()
         self.options = options or {}
         self.engine = django_engine(alias)
         self.dialect = dialect_for(self.engine)
@@ -83,10 +87,11 @@ class DjangoStore:
             claim_options=(
                 {BEGIN_OPTION: AUTOCOMMIT} if self.dialect.autocommit_claims else WRITE
             ),
-            autocommit_writes=False,
+            autocommit_writes=False, clock=self.clock,
         )
         self.books = Bookkeeping(self.engine)
-        self.schema = SchemaKeeper(self.engine, self.dialect, self.tracked, self.migrate_hint)
+        self.schema = SchemaKeeper(
+            self.engine, self.dialect, self.tracked, self.migrate_hint, self.clock)
         self._shapes: dict[str, _RowShape] = {}
         self._driver_sql: dict[str, str] = {}  # claim statements in psycopg's paramstyle
 
@@ -196,9 +201,8 @@ class DjangoStore:
                     done.extend(self.schema.install_notify(conn, tracked))
         return done
 
-    def uninstall(self) -> list[str]:
-        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
-            return _schema.uninstall(conn)
+    def uninstall(self, then: Callable[[Connection], None] | None = None) -> list[str]:
+        return self.schema.uninstall(then)
 
     # -- claims --------------------------------------------------------------------------
 
@@ -307,11 +311,8 @@ class DjangoStore:
     def due_depth(self, tracked: Iterable[TrackedModel], now: datetime) -> dict[str, DueDepth]:
         return self.ops.due_depth(tracked, now)
 
-    def heartbeat(
-        self, worker_id: str, started: datetime, now: datetime, concurrency: int,
-        models: list[str], threads: dict[str, str], pid: int,
-    ) -> None:
-        self.books.heartbeat(worker_id, started, now, concurrency, models, threads, pid)
+    def heartbeat(self, beat: Heartbeat) -> None:
+        self.books.heartbeat(beat)
 
     def forget_worker(self, worker_id: str) -> None:
         self.books.forget_worker(worker_id)
@@ -322,18 +323,18 @@ class DjangoStore:
     ) -> None:
         self.books.record_stats(rows, prune_before, edges)
 
-    def state_counts(self, now: datetime) -> list[dict[str, Any]]:
+    def state_counts(self, now: datetime) -> list[StateCount]:
         return _dashboard.state_counts(self, now)
 
-    def recent_stats(self, since: datetime) -> list[dict[str, Any]]:
+    def recent_stats(self, since: datetime) -> list[ModelStats]:
         return self.books.recent_stats(since)
 
     def recent_errors(
         self, limit: int = 20, models: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ErrorRecord]:
         return self.books.recent_errors(limit, models)
 
-    def workers(self, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
         return self.books.workers(models)
 
     def problems(self) -> list[str]:

@@ -11,13 +11,15 @@ driver uses the parts Django's migrations leave to it (Stator's tables, the trig
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.schema import CreateTable
 
+from .._clock import Clock
 from .._policy import first_due
 from ..errors import SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
@@ -34,9 +36,11 @@ class SchemaKeeper:
     migrate, named in every problem found)."""
 
     def __init__(
-        self, engine: Engine, dialect: SqlDialect, tracked: list[TrackedModel], migrate_hint: str
+        self, engine: Engine, dialect: SqlDialect, tracked: list[TrackedModel], migrate_hint: str,
+        clock: Clock,
     ) -> None:
         self.engine = engine
+        self.clock = clock
         self.dialect = dialect
         self.tracked = tracked
         self.migrate_hint = migrate_hint
@@ -66,7 +70,7 @@ class SchemaKeeper:
         done = []
         existing = {c["name"] for c in insp.get_columns(table.name)}
         added = [name for name in STATOR_COLUMNS if name not in existing]
-        now = datetime.now(UTC)  # existing rows are treated as inserted now
+        now = self.clock.now()  # existing rows are treated as inserted now
         for name in added:
             conn.execute(text(self._add_column_sql(tracked, name, conn, now)))
             if not self.dialect.constant_added_defaults:
@@ -159,6 +163,18 @@ class SchemaKeeper:
             f"ON {tracked.quoted_table} FOR EACH STATEMENT EXECUTE FUNCTION stator_notify()"
         ))
         return [f"installed wake-up trigger on {tracked.table.name}"]
+
+    def uninstall(self, then: Callable[[Connection], None] | None = None) -> list[str]:
+        """Drop Stator's own tables (``_schema.uninstall``) and, in the same transaction once
+        any was dropped, ``then(conn)``; nothing on a SQLite file that is not there (no empty
+        file left behind)."""
+        if missing_sqlite_file(self.engine) is not None:
+            return []
+        with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
+            done = _schema.uninstall(conn)
+            if done and then is not None:
+                then(conn)
+        return done
 
     def problems(self) -> list[str]:
         """Why this database is not ready to be run, each with its fix; empty when ready."""

@@ -14,12 +14,13 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, insert, text
 from sqlalchemy.exc import DBAPIError
 
+from .._clock import Clock
 from .._policy import Write
 from .._types import to_sqlite_text
 from ..errors import ConfigError
@@ -37,13 +38,14 @@ class SqlOperations:
 
     def __init__(
         self, driver: Driver, engine: Engine, dialect: SqlDialect, tracked: list[TrackedModel],
-        *, claim_options: dict[str, Any], autocommit_writes: bool,
+        *, claim_options: dict[str, Any], autocommit_writes: bool, clock: Clock,
     ) -> None:
         """``claim_options``: the execution options a claim's connection runs with (see each
         driver).  ``autocommit_writes``: a batch of one model's plain moves (or deletes) may
         be written as one autocommit statement (``one_statement_writes``), where the
         dialect allows it and the driver owns its connections."""
         self.driver: Final = driver
+        self.clock: Final = clock  # the time of what no caller dates (a row set aside)
         self.engine: Final = engine
         self.dialect: Final = dialect
         self.tracked: Final = tracked
@@ -253,7 +255,7 @@ class SqlOperations:
         such rows are not this worker's to wait for."""
         earliest: datetime | None = None
         with self.engine.connect().execution_options(**READ) as conn:
-            now = datetime.now(UTC)
+            now = self.clock.now()
             for t in tracked:
                 sql = t.sql.next_due
                 params: dict[str, Any] = {}

@@ -10,7 +10,7 @@ creates the tracked tables and their Stator columns.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,12 +19,14 @@ from sqlalchemy.orm import Session, configure_mappers
 from sqlalchemy.orm.attributes import instance_state
 
 from .. import _local_wakeups
+from .._clock import Clock, SystemClock
 from .._policy import Claimed, Write
 from . import _dashboard, _unreadable
 from ._bookkeeping import Bookkeeping
 from ._dialects import SqlDialect, dialect_for, listen_connection
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
+from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
 from ._sessions import SessionScopes
 from ._tracked import TrackedModel
 from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
@@ -37,8 +39,11 @@ class Store:
 
     migrate_hint = MIGRATE_HINT
 
-    def __init__(self, engine: Engine, models: Sequence[type]) -> None:
+    def __init__(
+        self, engine: Engine, models: Sequence[type], *, clock: Clock | None = None
+    ) -> None:
         self.engine = engine
+        self.clock: Clock = clock or SystemClock()
         self.dialect: SqlDialect = dialect_for(engine)
         self.tracked = [TrackedModel.build(m, self.dialect, engine.dialect) for m in models]
         self.dialect.configure(
@@ -54,10 +59,11 @@ class Store:
             claim_options=(
                 {"isolation_level": "AUTOCOMMIT"} if self.dialect.autocommit_claims else WRITE
             ),
-            autocommit_writes=True,
+            autocommit_writes=True, clock=self.clock,
         )
         self.books = Bookkeeping(engine)
-        self.schema = SchemaKeeper(engine, self.dialect, self.tracked, self.migrate_hint)
+        self.schema = SchemaKeeper(
+            engine, self.dialect, self.tracked, self.migrate_hint, self.clock)
         self._loaders: dict[str, _Loader] = {}
 
     # -- capability flags (see ``interface.Driver``) -----------------------------------------
@@ -114,6 +120,9 @@ class Store:
     def migrate(self) -> list[str]:
         """Stator's tables, the tracked tables and their Stator columns; idempotent."""
         return self.schema.migrate()
+
+    def uninstall(self, then: Callable[[Connection], None] | None = None) -> list[str]:
+        return self.schema.uninstall(then)
 
     def problems(self) -> list[str]:
         return self.schema.problems()
@@ -188,11 +197,8 @@ class Store:
 
     # -- workers, stats, status (``Bookkeeping``) --------------------------------------------
 
-    def heartbeat(
-        self, worker_id: str, started: datetime, now: datetime, concurrency: int,
-        models: list[str], threads: dict[str, str], pid: int,
-    ) -> None:
-        self.books.heartbeat(worker_id, started, now, concurrency, models, threads, pid)
+    def heartbeat(self, beat: Heartbeat) -> None:
+        self.books.heartbeat(beat)
 
     def forget_worker(self, worker_id: str) -> None:
         self.books.forget_worker(worker_id)
@@ -203,18 +209,18 @@ class Store:
     ) -> None:
         self.books.record_stats(rows, prune_before, edges)
 
-    def state_counts(self, now: datetime) -> list[dict[str, Any]]:
+    def state_counts(self, now: datetime) -> list[StateCount]:
         return _dashboard.state_counts(self, now)
 
-    def recent_stats(self, since: datetime) -> list[dict[str, Any]]:
+    def recent_stats(self, since: datetime) -> list[ModelStats]:
         return self.books.recent_stats(since)
 
     def recent_errors(
         self, limit: int = 20, models: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ErrorRecord]:
         return self.books.recent_errors(limit, models)
 
-    def workers(self, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
         return self.books.workers(models)
 
 

@@ -34,7 +34,7 @@ import sqlite3
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, insert, select, text
@@ -245,7 +245,7 @@ def _set_aside_refused(
 ) -> bool:
     """Set aside the row whose write the database refused (fenced like that write, nothing
     else changed) and record why; False if the fence no longer held."""
-    now = datetime.now(UTC)
+    now = store.clock.now()
     until = now + SET_ASIDE
     what = ("its deletion" if write.delete else
             f"its move to {write.state}" if write.moved else "its next try")

@@ -18,14 +18,16 @@ the operator's reads (``_dashboard``) are written once against them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import Connection, Engine
 
+from .._clock import Clock
 from .._policy import Claimed, Write
 from ._dialects import SqlDialect
+from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
 from ._tracked import TrackedModel
 
 # The name a write's failures are recorded under when no worker wrote it (``run_once``).
@@ -121,6 +123,12 @@ class Driver(Protocol):
         ...
 
     @property
+    def clock(self) -> Clock:
+        """Where the driver's own times come from (a row set aside, columns added to
+        existing rows), the same clock as the engine's: time is injected, never asked for."""
+        ...
+
+    @property
     def migrate_hint(self) -> str:
         """How a user creates or upgrades the schema, for the messages that ask them to."""
         ...
@@ -193,10 +201,7 @@ class Driver(Protocol):
 
     # -- workers, stats, status --------------------------------------------------------------
 
-    def heartbeat(
-        self, worker_id: str, started: datetime, now: datetime, concurrency: int,
-        models: list[str], threads: dict[str, str], pid: int,
-    ) -> None:
+    def heartbeat(self, beat: Heartbeat) -> None:
         """Record that this worker is alive (its row in the workers table)."""
         ...
 
@@ -211,21 +216,21 @@ class Driver(Protocol):
         """One stats period per model and per edge; older stats, errors and workers pruned."""
         ...
 
-    def state_counts(self, now: datetime) -> list[dict[str, Any]]:
+    def state_counts(self, now: datetime) -> list[StateCount]:
         """Per model and state: rows, due now, oldest due time, rows failing."""
         ...
 
-    def recent_stats(self, since: datetime) -> list[dict[str, Any]]:
+    def recent_stats(self, since: datetime) -> list[ModelStats]:
         """Per model, the stats periods since ``since`` summed."""
         ...
 
     def recent_errors(
         self, limit: int = 20, models: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ErrorRecord]:
         """The newest recorded failures (of ``models`` only, if given)."""
         ...
 
-    def workers(self, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
         """Workers that run any of ``models`` (all if not given)."""
         ...
 
@@ -233,6 +238,12 @@ class Driver(Protocol):
 
     def migrate(self) -> list[str]:
         """Create or upgrade what the driver owns of the schema; idempotent; what it did."""
+        ...
+
+    def uninstall(self, then: Callable[[Connection], None] | None = None) -> list[str]:
+        """Drop Stator's own tables (never the application's tables or their Stator columns);
+        ``then(conn)`` runs in the same transaction once any was dropped (the launcher's
+        ``restart``); what it did."""
         ...
 
     def problems(self) -> list[str]:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import _metrics
 from .._board import Board
 from .._clock import Clock
-from .._store import TrackedModel
+from .._store import Heartbeat, TrackedModel
 from .._store.interface import Driver
 from ._state import ModelCounters, Tally, WorkerOptions
 
@@ -84,10 +84,10 @@ class Housekeeper:
             self._store.forget_worker(self._worker_id)
 
     def _heartbeat(self) -> bool:
-        self._store.heartbeat(
+        self._store.heartbeat(Heartbeat(
             self._worker_id, self._started, self._clock.now(), self._options.concurrency,
-            self._names, self._board.snapshot(), os.getpid(),
-        )
+            tuple(self._names), self._board.snapshot(), os.getpid(),
+        ))
         if self._options.liveness_file is not None:
             self._options.liveness_file.touch()
         return True

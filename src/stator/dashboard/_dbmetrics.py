@@ -34,13 +34,13 @@ class DatabaseCollector(Collector):
             labels=["model"])
         seen: dict[str, bool] = {}
         for c in _dashboard.state_counts(store, now):
-            key = [c["model"], c["state"]]
-            rows.add_metric(key, c["rows"])
-            due.add_metric(key, c["due"])
-            first = c["oldest_due"]
+            key = [c.model, c.state]
+            rows.add_metric(key, c.rows)
+            due.add_metric(key, c.due)
+            first = c.oldest_due
             oldest.add_metric(key, (now - first).total_seconds() if first else 0.0)
-            failing.add_metric(key, c["failing"])
-            seen[c["model"]] = seen.get(c["model"], False) or c["estimated"]
+            failing.add_metric(key, c.failing)
+            seen[c.model] = seen.get(c.model, False) or c.estimated
         for t in store.tracked:
             estimated.add_metric([t.name], 1.0 if seen.get(t.name) else 0.0)
         workers = GaugeMetricFamily("stator_live_workers", "Workers seen recently.")

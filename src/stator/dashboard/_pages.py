@@ -148,18 +148,18 @@ def _overview(d: Dashboard) -> dict[str, Any]:
     paused = _dashboard.paused_info(store)
     models = []
     for t in store.tracked:
-        mine = {c["state"]: c for c in counts if c["model"] == t.name}
+        mine = {c.state: c for c in counts if c.model == t.name}
         states = []
-        for name in [*t.graph.states, *(c["state"] for c in counts if c["model"] == t.name
-                                         and c["state"] not in t.graph.states)]:
+        for name in [*t.graph.states, *(c.state for c in counts if c.model == t.name
+                                         and c.state not in t.graph.states)]:
             c = mine.get(name)
-            oldest = c["oldest_due"] if c else None
+            oldest = c.oldest_due if c else None
             states.append({
                 "state": name, "role": role(t.graph.states.get(name)),
-                "rows": c["rows"] if c else 0, "due": c["due"] if c else 0,
+                "rows": c.rows if c else 0, "due": c.due if c else 0,
                 "oldest_due_seconds": (now - oldest).total_seconds() if oldest else None,
-                "failing": c["failing"] if c else 0,
-                "estimated": bool(c and c["estimated"]),
+                "failing": c.failing if c else 0,
+                "estimated": bool(c and c.estimated),
                 "scheduled": name in {s.name for s in t.graph.scheduled_states()},
                 "other": name == _dashboard.OTHER_STATES,
             })
@@ -190,15 +190,14 @@ def _overview_values(view: dict[str, Any]) -> dict[str, Any]:
 
 def _graph_values(d: Dashboard, t: TrackedModel) -> dict[str, str]:
     store, now = d.stator.store, d.stator.clock.now()
-    counts = {c["state"]: c for c in _dashboard.state_counts(store, now)
-              if c["model"] == t.name}
+    counts = {c.state: c for c in _dashboard.state_counts(store, now)
+              if c.model == t.name}
     rates = _dashboard.edge_rates(store, t, now)
     values = {}
     for name in t.graph.states:
         c = counts.get(name)
         values[node_key(name)] = (
-            f"{figure(c['rows'], c['estimated'])} rows" + (f", {c['due']} due" if c["due"]
-                                                            else "")
+            f"{figure(c.rows, c.estimated)} rows" + (f", {c.due} due" if c.due else "")
             if c else "0 rows")
     for source in t.graph.states.values():
         for target in source.children:

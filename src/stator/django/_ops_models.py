@@ -35,6 +35,8 @@ class StatorWorker(models.Model):
 
     @property
     def alive(self) -> bool:
+        # The admin's list column: a model property no engine (so no clock) reaches; a
+        # wall-clock judgement for the operator, never a decision the engine acts on.
         return bool(timezone.now() - self.last_seen <= LIVE_AFTER)
 
     def thread_states(self) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def build_stator(
     """
     conf = stator_settings()
     chosen = list(stator_models() if models is None else models)
-    store = DjangoStore(alias or conf["DATABASE"], chosen, options)
+    store = DjangoStore(alias or conf["DATABASE"], chosen, options, clock=clock)
     return Stator._over_store(
         store, chosen, clock=clock, concurrency=int(concurrency or conf["CONCURRENCY"]),
         batch_size=int(batch_size or conf["BATCH_SIZE"]),
