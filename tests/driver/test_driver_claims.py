@@ -155,8 +155,8 @@ def test_a_row_the_claim_cannot_read_is_recorded_and_set_aside(
     claimed = driver.claim(tracked, clock.now(), 5)
     assert sorted(c.pk for _obj, c in claimed) == [1, 3]
     (error,) = driver.recent_errors()
-    assert (error["row_pk"], error["kind"], error["attempt"]) == ("2", "unreadable", 1)
-    assert column in error["message"]
+    assert (error.row_pk, error.kind, error.attempt) == ("2", "unreadable", 1)
+    assert column in error.message
     with driver.engine.connect() as conn:
         attempts, due = conn.execute(text(
             f"SELECT state_attempts, state_next FROM {tracked.quoted_table} WHERE id = 2")).one()
