@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stator._types import from_sqlite_text, to_sqlite_text
+from stator._time_text import from_sqlite_text, to_sqlite_text
 
 offsets = st.integers(min_value=-23 * 60, max_value=23 * 60).map(
     lambda minutes: timezone(timedelta(minutes=minutes))

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, ColumnElement, Connection, Engine, create_engine
+from sqlalchemy import URL, ColumnElement, Connection, Engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
 from ._clock import Clock, SystemClock
@@ -21,6 +21,7 @@ from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
 from ._store import StateCount, Store, TrackedModel
+from ._store._engine import create_engine_for
 from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
@@ -76,7 +77,7 @@ class Stator:
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
-        self.engine = db if isinstance(db, Engine) else _create_engine(db, concurrency)
+        self.engine = db if isinstance(db, Engine) else create_engine_for(db, concurrency)
         self.store: Driver = Store(self.engine, self.models, clock=self.clock)
 
     @classmethod
@@ -360,44 +361,3 @@ def _check_liveness_file(path: Path) -> None:
         problem = "Permission denied or read-only"
     if problem is not None:
         raise ConfigError(f"cannot write the liveness file {path}: {problem}")
-
-
-def _refuse_memory(parsed: Any) -> None:
-    """An in-memory SQLite database lives and dies with one connection: the engine's other
-    connections, its worker threads and the other commands would each see an empty one."""
-    database = parsed.database or ""
-    memory = not database or database == ":memory:" or "mode=memory" in database or (
-        str(parsed.query.get("mode", "")) == "memory")
-    if parsed.get_backend_name() == "sqlite" and memory:
-        raise ConfigError(
-            "an in-memory SQLite database (sqlite:// or :memory:) cannot work with Stator: "
-            "each connection would see its own empty database; use a file, "
-            "sqlite:///path/to/file.db"
-        )
-
-
-def _create_engine(url: str | URL, concurrency: int) -> Engine:
-    """An engine for ``url``; every error names the URL without its secrets."""
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError) as exc:
-        raise ConfigError(
-            f"not a database URL: {shown(url)!r} (try sqlite:///file.db or "
-            "postgresql+psycopg://user@host/dbname)"
-        ) from exc
-    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ConfigError(
-            f"Stator supports sqlite:// and postgresql:// URLs, not {shown(url)!r}"
-        )
-    _refuse_memory(parsed)
-    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    try:
-        return create_engine(
-            parsed, pool_size=concurrency + 4, max_overflow=concurrency + 4,
-        )
-    except (NoSuchModuleError, ImportError) as exc:
-        raise ConfigError(
-            f"cannot use {shown(url)!r}: {exc}; for PostgreSQL install "
-            "stator-engine[postgresql]"
-        ) from exc

@@ -1,9 +1,8 @@
 """Column types and server defaults that behave the same on SQLite and PostgreSQL.
 
-Timestamps are always timezone-aware UTC in Python.  PostgreSQL stores them as
-``timestamptz``; SQLite as fixed-width ``YYYY-MM-DD HH:MM:SS.ffffff`` text, which sorts in
-time order and compares correctly with what SQLite's own ``strftime`` writes for rows
-inserted by raw SQL.
+Timestamps are always timezone-aware UTC in Python.  How a database stores them (PostgreSQL's
+``timestamptz``, SQLite's fixed-width text, ``_time_text.py``) is its dialect's answer
+(``SqlDialect.time_type`` and ``ts``).
 """
 
 from __future__ import annotations
@@ -11,28 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, String
+from sqlalchemy import DateTime
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
-
-
-def to_sqlite_text(value: datetime) -> str:
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    # isoformat is several times faster than strftime, and on the hot path; cutting off its
-    # "+00:00" costs less than ``replace(tzinfo=None)`` (a new datetime) first.
-    return value.isoformat(" ", "microseconds")[:26]
-
-
-def from_sqlite_text(value: str) -> datetime:
-    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+from ._time_text import from_sqlite_text
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -42,20 +27,16 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(String(26))
-        return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(_sql_dialect(dialect).time_type())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
         if not isinstance(value, datetime):
             raise TypeError(f"expected a datetime, got {value!r}")
-        if dialect.name == "sqlite":
-            return to_sqlite_text(value)
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
-        return value
+        return _sql_dialect(dialect).ts(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -65,6 +46,21 @@ class UTCDateTime(TypeDecorator[datetime]):
         if isinstance(value, datetime):
             return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
         raise TypeError(f"unexpected timestamp value {value!r}")
+
+
+_DIALECTS: dict[str, Any] = {}
+
+
+def _sql_dialect(dialect: Dialect) -> Any:
+    """Stator's ``SqlDialect`` for an SQLAlchemy dialect, looked up once per name (a bind
+    runs for every time written).  Imported here, not at the top: ``stator._store`` imports
+    this module as it loads, so it cannot be imported before this module is."""
+    found = _DIALECTS.get(dialect.name)
+    if found is None:
+        from ._store._dialects import dialect_named
+
+        found = _DIALECTS[dialect.name] = dialect_named(dialect.name)
+    return found
 
 
 class utc_now_plus(ColumnElement[datetime]):

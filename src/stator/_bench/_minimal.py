@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from .._store._dialects import dialect_for
-from .._types import to_sqlite_text
+from .._time_text import to_sqlite_text
 from ._common import Context, Result, result
 from ._measure import per_thousand, server_cpu
 from ._places import Place

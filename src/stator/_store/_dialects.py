@@ -10,11 +10,13 @@ import json
 import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, event
+from sqlalchemy import URL, DateTime, Engine, String, event
+from sqlalchemy.types import TypeEngine
 
-from .._types import to_sqlite_text
+from .._time_text import to_sqlite_text
 
 NOTIFY_CHANNEL = "stator"
 
@@ -50,6 +52,26 @@ class SqlDialect:
     def ts(self, value: datetime) -> Any:
         """A timestamp as a bound parameter."""
         return value
+
+    def time_type(self) -> TypeEngine[Any]:
+        """How the database stores a timestamp (``_types.UTCDateTime``'s column)."""
+        return DateTime(timezone=True)
+
+    # -- URLs (the SQLAlchemy driver's engine, its schema checks) ----------------------------
+
+    def in_memory(self, url: URL) -> bool:
+        """Whether ``url`` names a database that lives in one connection's memory."""
+        return False
+
+    def database_file(self, url: URL) -> Path | None:
+        """The file ``url``'s database is, where it names one by path; None for a server,
+        a database in memory, or a URI (which names its file, and may ask for read-only,
+        its own way: left to the database)."""
+        return None
+
+    def engine_url(self, url: URL) -> URL:
+        """The URL Stator's engine connects with (its DB-API driver where none is named)."""
+        return url
 
     def ts_json(self, value: datetime | None) -> str | None:
         """A timestamp inside a JSON payload."""
@@ -174,6 +196,22 @@ class SqliteDialect(SqlDialect):
     def ts(self, value: datetime) -> Any:
         return to_sqlite_text(value)
 
+    def time_type(self) -> TypeEngine[Any]:
+        return String(26)  # ``_time_text``: fixed-width, sorts in time order
+
+    def in_memory(self, url: URL) -> bool:
+        database = url.database or ""
+        return not database or database == ":memory:" or "mode=memory" in database or (
+            str(url.query.get("mode", "")) == "memory")
+
+    def database_file(self, url: URL) -> Path | None:
+        if not url.database or url.database == ":memory:":
+            return None
+        if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith(
+                "file:"):
+            return None
+        return Path(url.database)
+
     def ts_json(self, value: datetime | None) -> str | None:
         return None if value is None else to_sqlite_text(value)
 
@@ -253,6 +291,9 @@ class SqliteDialect(SqlDialect):
 
 class PostgresDialect(SqlDialect):
     name = "postgresql"
+
+    def engine_url(self, url: URL) -> URL:
+        return url.set(drivername="postgresql+psycopg") if url.drivername == self.name else url
     listen_notify = True
     one_statement_writes = True
     autocommit_claims = True
@@ -379,6 +420,12 @@ def dialect_for(engine_or_name: Engine | str) -> SqlDialect:
     from ..errors import ConfigError
 
     raise ConfigError(f"Stator supports SQLite and PostgreSQL, not {name!r}")
+
+def dialect_named(name: str) -> SqlDialect:
+    """The dialect of a database named as SQLAlchemy names it, the generic one for another
+    (a type compiled for a database Stator does not run on)."""
+    return _DJANGO_DIALECTS.get(name) or SqlDialect()
+
 
 def django_dialect(vendor: str) -> SqlDialect:
     """The dialect of a Django connection's ``vendor``; for a database Stator does not run on

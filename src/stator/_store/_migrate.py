@@ -24,7 +24,7 @@ from .._policy import first_due
 from ..errors import SchemaError
 from ..sqlalchemy import STATOR_COLUMNS
 from . import _schema
-from ._dialects import SqlDialect, use_wal
+from ._dialects import SqlDialect, dialect_named, use_wal
 from ._operations import WRITE
 from ._tracked import TrackedModel
 
@@ -218,28 +218,20 @@ class SchemaKeeper:
 
 
 def missing_sqlite_file(engine: Engine) -> Path | None:
-    """The path of a SQLite database file that does not exist (yet), else None."""
-    url = engine.url
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-        return None
-    if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith("file:"):
-        return None  # a URI names its file its own way; leave it to SQLite
-    path = Path(url.database)
-    return None if path.exists() else path
+    """The path of a database file that does not exist (yet), else None."""
+    path = dialect_named(engine.url.get_backend_name()).database_file(engine.url)
+    return None if path is None or path.exists() else path
 
 
 def read_only_sqlite(engine: Engine) -> str | None:
-    """Why a SQLite database file cannot be used, if it lies on a read-only filesystem.
+    """Why a database file cannot be used, if it lies on a read-only filesystem.
 
     SQLite would only say "unable to open database file" (it cannot create the WAL's files
     beside it), which sends one looking for a wrong path.  A file that is merely not writable
     by this user is SQLite's to report ("readonly database")."""
-    url = engine.url
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+    path = dialect_named(engine.url.get_backend_name()).database_file(engine.url)
+    if path is None:
         return None
-    if str(url.query.get("uri", "")).lower() in ("true", "1") or url.database.startswith("file:"):
-        return None  # a URI may ask for read-only on purpose (mode=ro, immutable)
-    path = Path(url.database)
     for place in (path, path.parent):
         try:
             flags = os.statvfs(place).f_flag

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .._clock import Clock
 from .._policy import Write
-from .._types import to_sqlite_text
+from .._time_text import to_sqlite_text
 from ..errors import ConfigError
 from . import _schema, _unreadable, _wake_sender
 from ._dialects import BEGIN_OPTION, SqlDialect

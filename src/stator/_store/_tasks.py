@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from .._policy import Write
-from .._types import to_sqlite_text
+from .._time_text import to_sqlite_text
 from ._dialects import SqlDialect
 
 TIME_COLUMNS = ("started_at", "last_attempted_at", "finished_at")

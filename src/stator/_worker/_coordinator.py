@@ -13,22 +13,20 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import wait
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _backoff, _incurable, _local_wakeups, _metrics
+from .. import _backoff, _local_wakeups, _metrics
 from .._board import Board, ThreadState
 from .._clock import Clock
 from .._execute import Executor
 from .._failure_log import FailureLog
-from .._incurable import Broken, DatabaseUnusable, first_line, is_disk_full, is_incurable
-from .._outage import Outage, is_transient
+from .._incurable import Broken, is_incurable
 from .._store import TrackedModel
 from .._store.interface import Driver
-from ._calls import Calls
+from ._db_steps import DatabaseSteps
 from ._handlers import HandlerPool
 from ._housekeeping import HEARTBEAT_EVERY, Housekeeper
 from ._listener import Listener
@@ -90,11 +88,12 @@ class Worker:
         self._look_again_at = 0.0  # monotonic: claim rows passed by again from then on
         self._rr = 0
         self._handed_out = 0  # rows claimed for their handlers so far (for max_tasks)
-        self._outage = Outage("worker")
         self._failures = FailureLog()
         self._broken = Broken()
-        self._db_retry_at = 0.0  # no database step before this (monotonic): backing off
-        self._db_calls: Calls | None = None
+        self._db = DatabaseSteps(
+            store.thread_done, options.until_idle, self._broken, self._meanwhile,
+            self._deadline_wait,
+        )
         self._run_until: float | None = None  # monotonic end of run_for
 
     # -- public ----------------------------------------------------------------------------
@@ -125,8 +124,7 @@ class Worker:
             self._coordinate(began)
         finally:
             _local_wakeups.unsubscribe(wake_key, self.wake)
-            if self._db_calls is not None:
-                self._db_calls.close()
+            self._db.close()
             self._signals.stop.set()
             self._writer.stop()
             self._handlers.stop()
@@ -149,7 +147,7 @@ class Worker:
             self._tend()
             self._collect_written()
             if not first:  # the first claim goes first: work waiting at start-up starts sooner
-                self._housekeeper.tick(self._guarded)
+                self._housekeeper.tick(self._db.run)
             first = False
             if writer.pending and writer.flush_due():
                 writer.flush()
@@ -171,65 +169,21 @@ class Worker:
                     continue
                 if self._maybe_due and self._room() > 0:
                     self.board.report(COORDINATOR, ThreadState.CLAIMING, notify=False)
-                    if self._guarded(self._claim, "claiming"):
+                    if self._db.run(self._claim, "claiming"):
                         continue
                 if (self.options.until_idle and self._quiet()
-                        and self._guarded(self._idle, "finding due rows")):
+                        and self._db.run(self._idle, "finding due rows")):
                     self.stop("idle")
                     continue
             self.board.report(COORDINATOR, ThreadState.WAITING, notify=False)
             kick.wait(self._sleep_time())
 
-    def _guarded(self, action: Callable[[], bool | None], what: str = "the database") -> bool:
-        """Run a database step; a transient database error is retried later, with backoff;
-        one that waiting cannot cure marks ``what`` broken (or ends an until-idle run).
-
-        The step runs on a thread of its own while this one goes on enforcing deadlines and
-        passing results to the writer: a call can hang for as long as the network takes to
-        be declared dead (the client settings in ``_dialects``), and the handlers' deadlines
-        must not wait for it.  Backing off does not sleep here either, for the same reason.
-        """
-        if time.monotonic() < self._db_retry_at:
-            return False
-        if self._db_calls is None:
-            self._db_calls = Calls(self.store.thread_done)
-        future = self._db_calls.submit(action)
-        while not wait([future], timeout=self._deadline_wait()).done:
-            self._tend()
-            self._collect_written()
-            if self._writer.pending and self._writer.flush_due():
-                self._writer.flush()
-        try:
-            result = future.result()
-        except DBAPIError as exc:
-            _metrics.db_error()
-            if is_incurable(exc):
-                self._unusable(what, exc)
-                return False
-            if not is_transient(exc):
-                raise
-            self._db_retry_at = time.monotonic() + self._outage.failed(exc)
-            self._give_up_if_disk_stays_full(exc)
-            return False
-        self._outage.recovered()
-        self._broken.healed(what)
-        return bool(result)
-
-    def _unusable(self, what: str, exc: BaseException) -> None:
-        if self.options.until_idle:
-            raise DatabaseUnusable(
-                f"{what}: {first_line(exc)} (waiting will not fix this: check the database's "
-                "permissions, that it is writable, and that `stator migrate` was run)"
-            ) from exc
-        self._broken.mark(what, exc)
-
-    def _give_up_if_disk_stays_full(self, exc: BaseException) -> None:
-        """``--until-idle``: a disk that stays full ends the run with one clear error after
-        ``DISK_FULL_PATIENCE`` instead of a wait for ever (a long-running worker waits: space
-        may be freed)."""
-        if (self.options.until_idle and is_disk_full(exc)
-                and self._outage.lasted() >= _incurable.DISK_FULL_PATIENCE):
-            raise _incurable.disk_full(exc) from exc
+    def _meanwhile(self) -> None:
+        """What the coordinator keeps doing while a database step runs (``DatabaseSteps``)."""
+        self._tend()
+        self._collect_written()
+        if self._writer.pending and self._writer.flush_due():
+            self._writer.flush()
 
     def _healthy(self) -> list[TrackedModel]:
         return [t for t in self.tracked if not self._broken.is_broken(t.name)]
@@ -282,7 +236,7 @@ class Worker:
             except DBAPIError as exc:
                 if not is_incurable(exc):
                     raise
-                self._unusable(tracked.name, exc)
+                self._db.unusable(tracked.name, exc)
                 continue
             self._broken.healed(tracked.name)
             _metrics.claimed(len(rows))
@@ -389,8 +343,8 @@ class Worker:
                 waits.append(retry - time.monotonic())
             else:
                 self._maybe_due = True  # a broken model's next try is due
-        if self._db_retry_at > time.monotonic():
-            waits.append(self._db_retry_at - time.monotonic())
+        if self._db.retry_at > time.monotonic():
+            waits.append(self._db.retry_at - time.monotonic())
         if self._signals.stop.is_set():
             waits.append(0.05)
         elif self._next_due is not None and not self._maybe_due:
