@@ -21,7 +21,7 @@ trap 'rm -rf "$SCRATCH"' EXIT
 
 # name | file | exact text to find | its replacement | tests that must fail without it
 MUTANTS=$(cat <<'EOF'
-skip-locked|src/stator/_store/_dialects.py|skip_locked = " FOR UPDATE SKIP LOCKED"|skip_locked = ""|tests/driver/test_driver_claims.py::test_a_claim_passes_by_rows_another_transaction_holds
+skip-locked|src/stator/_store/_dialects/_postgres.py|skip_locked = " FOR UPDATE SKIP LOCKED"|skip_locked = ""|tests/driver/test_driver_claims.py::test_a_claim_passes_by_rows_another_transaction_holds
 lease-left|src/stator/_execute.py|write = _policy.release(task.claimed, now)  # not enough lease left to start|pass|tests/test_safety_lines.py::test_a_row_without_lease_left_for_its_deadline_is_handed_back_unstarted
 wake-ups|src/stator/_worker/_coordinator.py|self._maybe_due = True\n        self._signals.kick.set()\n\n    def run(|return\n\n    def run(|tests/test_safety_lines.py::test_an_idle_worker_is_woken_by_new_work
 hand-back|src/stator/_worker/_coordinator.py|self._handlers.hand_back_unstarted()|pass|tests/test_safety_lines.py::test_a_graceful_stop_hands_unstarted_rows_back_at_once
@@ -54,8 +54,8 @@ unreadable-set-aside|src/stator/_store/_unreadable.py|    for _ in range(CLAIM_T
 unreadable-due-time|src/stator/_store/_unreadable.py|    except (ValueError, TypeError, OverflowError):\n        due =|    except ZeroDivisionError:\n        due =|tests/test_unreadable_rows.py::test_status_and_the_idle_check_read_past_a_due_time_they_cannot_read
 unreadable-write|src/stator/_store/_operations.py|            if not _unreadable.is_unwritable(exc):|            if True:|tests/test_unreadable_rows.py::test_a_row_whose_history_the_database_refuses_costs_that_row_only
 unreadable-dashboard-row|src/stator/_store/_unreadable.py|    bad = set(_bad_columns(conn, tracked, key)) - {"state_attempts"}|    bad: set[str] = set()|tests/dashboard/test_untrusted_input.py::test_a_row_holding_a_value_that_cannot_be_read_is_shown_and_can_be_moved
-unreadable-admin-time|src/stator/_store/_dialects.py|        return f"({clamp})", 3|        return sql, 1|tests/django/test_admin_actions.py::test_a_row_holding_a_time_python_cannot_hold_is_listed_shown_and_offered
-history-not-a-list|src/stator/_store/_dialects.py|WHEN 'array' THEN {history} |WHEN json_type({history}) THEN {history} |tests/test_unreadable_rows.py::test_a_history_that_is_json_but_not_a_list_keeps_it_and_gains_the_move
+unreadable-admin-time|src/stator/_store/_dialects/_postgres.py|        return f"({clamp})", 3|        return sql, 1|tests/django/test_admin_actions.py::test_a_row_holding_a_time_python_cannot_hold_is_listed_shown_and_offered
+history-not-a-list|src/stator/_store/_dialects/_sqlite.py|WHEN 'array' THEN {history} |WHEN json_type({history}) THEN {history} |tests/test_unreadable_rows.py::test_a_history_that_is_json_but_not_a_list_keeps_it_and_gains_the_move
 claim-priority|src/stator/_store/_statements.py|order = "state_next" if priority is None else f"{priority} DESC, state_next"|order = "state_next"|tests/test_write_hooks.py::test_claims_take_the_highest_priority_first tests/driver/test_driver_claims.py::test_claims_take_the_highest_priority_first
 claim-stamps|src/stator/_store/_statements.py|END{copy}{stamps} "|END{copy} "|tests/test_write_hooks.py::test_the_claim_stamps_the_rows_it_takes_up_for_a_handler tests/driver/test_driver_hooks.py::test_the_claim_stamps_the_rows_it_takes_up_for_a_handler
 claim-stamps-first|src/stator/_store/_statements.py|value = f"COALESCE({column}, :now)" if when == "first" else ":now"|value = ":now"|tests/test_write_hooks.py::test_the_claim_stamps_the_rows_it_takes_up_for_a_handler tests/driver/test_driver_hooks.py::test_the_claim_stamps_the_rows_it_takes_up_for_a_handler

@@ -51,6 +51,9 @@ fi
 "$VENV/bin/python" -m pip install --quiet -e ".[test,docs]"
 "$VENV/bin/ruff" check src tests
 "$VENV/bin/mypy"
+# The layout's limits (docs/layout.md): no import cycle, no module over 400 lines, no branch on
+# a database's name outside _store/_dialects/.
+"$VENV/bin/python" scripts/layout_report.py --check
 # The documentation site (docs/, mkdocs.yml): a broken link or anchor, a page missing from the
 # navigation or an API name gone from the code fails the build. tests/test_docs.py runs its
 # code blocks.

@@ -2,7 +2,7 @@
 sorts in time order and compares correctly with what SQLite's own ``strftime`` writes for
 rows inserted by raw SQL.
 
-A leaf: the dialects (``_store/_dialects.py``) and the column type (``_types.py``) both
+A leaf: the dialects (``_store/_dialects/``) and the column type (``_types.py``) both
 spell times this way, and neither need import the other for it.
 """
 

@@ -1,6 +1,6 @@
 """The drivers: the ``Driver`` interface (``interface.py``) every part of the engine holds,
 its typed records (``_records.py``), the SQL both drivers share (statements, every difference
-between databases in ``_dialects.py``, Stator's own tables), and the SQLAlchemy driver
+between databases in ``_dialects``, Stator's own tables), and the SQLAlchemy driver
 (``Store``).  The Django driver (``_django.py``) is imported only where Django is, so it is
 not exported here."""
 
