@@ -8,6 +8,9 @@ instead of sleeping through them.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -50,3 +53,24 @@ class ManualClock:
     def set(self, when: datetime) -> None:
         with self._lock:
             self._now = when.astimezone(UTC)
+
+
+_handler_clock: ContextVar[Clock | None] = ContextVar("stator_handler_clock", default=None)
+
+
+@contextmanager
+def handlers_see(clock: Clock) -> Iterator[None]:
+    """Let the handler running inside see its worker's clock (``handler_now``)."""
+    token = _handler_clock.set(clock)
+    try:
+        yield
+    finally:
+        _handler_clock.reset(token)
+
+
+def handler_now() -> datetime:
+    """The time by the clock of the worker running the current handler, the system's outside
+    one: times a handler stamps on its row (a task's start and finish) agree with the due
+    times the engine writes, a test's ``ManualClock`` included."""
+    clock = _handler_clock.get()
+    return clock.now() if clock is not None else datetime.now(UTC)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _policy
-from ._clock import Clock
+from ._clock import Clock, handlers_see
 from ._outage import is_transient
 from ._policy import Claimed, Failed, Moved, Outcome, Stayed, Write
 from ._store import TrackedModel
@@ -103,7 +103,8 @@ class Executor:
         handler = task.tracked.graph.states[task.claimed.state].handler
         assert handler is not None
         try:
-            result = await asyncio.wait_for(_contained(handler(task.obj)), task.timeout)
+            with handlers_see(self.clock):
+                result = await asyncio.wait_for(_contained(handler(task.obj)), task.timeout)
             outcome = self._interpret(task, result)
         except TimeoutError as exc:  # its chain shows where the handler was when cancelled
             outcome = _failure("timeout", exc, f"handler did not finish within {task.timeout:g}s")
@@ -122,7 +123,9 @@ class Executor:
         handler = task.tracked.graph.states[task.claimed.state].handler
         assert handler is not None
         try:
-            return self._interpret(task, handler(task.obj))
+            with handlers_see(self.clock):
+                returned = handler(task.obj)
+            return self._interpret(task, returned)
         except TryAgainLater as signal:
             return Stayed(signal.delay)
         except Exception as exc:

@@ -2,6 +2,7 @@
 settings the tests run them with: the test project itself configures no task backend."""
 
 import threading
+from typing import Any
 
 from django.db import transaction
 from django.tasks import TaskContext, task
@@ -11,7 +12,14 @@ from djtest.orders.models import Receipt
 TASKS = {"default": {"BACKEND": "stator.django.tasks.StatorBackend",
                      "QUEUES": ["default", "mail"], "OPTIONS": {"max_attempts": 3}}}
 
+# A test's ManualClock, for a task that takes a minute of its time (``take_a_minute``).
+CLOCKS: list[Any] = []
+
 with override_settings(TASKS=TASKS):
+
+    @task
+    def take_a_minute() -> None:
+        CLOCKS[0].advance(60)
 
     @task
     def add(a: int, b: int) -> int:

@@ -136,6 +136,23 @@ def test_deferred_task_stays_ready_until_run_after(tasks: str, clock: ManualCloc
     assert tasks_jobs.add.get_result(later.id).return_value == 2
 
 
+def test_a_task_is_timed_by_the_workers_clock(tasks: str, clock: ManualClock) -> None:
+    # The engine's clock is the one source of time: a worker whose clock a test set an hour
+    # ahead stamps the task's start and finish by it, not by the system's.
+    clock.advance(3600)
+    started = clock.now()
+    result = tasks_jobs.take_a_minute.enqueue()
+    tasks_jobs.CLOCKS[:] = [clock]
+    try:
+        run(engine(tasks, clock))
+    finally:
+        tasks_jobs.CLOCKS.clear()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.started_at == started
+    assert result.finished_at == started + timedelta(seconds=60) == clock.now()
+
+
 def test_failures_are_retried_with_backoff_then_failed(tasks: str, clock: ManualClock) -> None:
     result = tasks_jobs.fail.enqueue("nope")
     stator = engine(tasks, clock)

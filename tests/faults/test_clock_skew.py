@@ -9,7 +9,7 @@ handler runs twice, and every row finishes with each transition and each recorde
 exactly once.  Beyond it (clocks apart by more than a whole lease) a worker whose clock runs
 ahead takes over rows whose handlers are still running elsewhere: handlers then run twice,
 but the fence still lets exactly one of their transitions through, and each failure is still
-recorded once.  The README states the tolerance (Guarantees).
+recorded once.  docs/guarantees.md states the tolerance.
 """
 
 from __future__ import annotations

@@ -3,9 +3,7 @@ engine's schema code), for the admin's live workers and recent errors pages."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
-from typing import Any
 
 from django.db import models
 from django.utils import timezone
@@ -38,13 +36,6 @@ class StatorWorker(models.Model):
         # The admin's list column: a model property no engine (so no clock) reaches; a
         # wall-clock judgement for the operator, never a decision the engine acts on.
         return bool(timezone.now() - self.last_seen <= LIVE_AFTER)
-
-    def thread_states(self) -> dict[str, Any]:
-        try:
-            loaded = json.loads(self.threads)
-        except ValueError:
-            return {}
-        return loaded if isinstance(loaded, dict) else {}
 
 
 class StatorError(models.Model):

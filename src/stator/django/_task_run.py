@@ -20,6 +20,7 @@ import socket
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import connections
 from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
@@ -28,6 +29,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from .. import _backoff
+from .._clock import handler_now
 from .._graph import State
 from .._policy import Write
 from .._store._writes import writes
@@ -61,7 +63,7 @@ def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
     the task's, so the worker and its thread carry on.  On a handler thread a
     ``KeyboardInterrupt`` can only be the task's own raise (Ctrl-C reaches the main thread,
     which stops the worker gracefully)."""
-    now = timezone.now()
+    now = _now()
     # The claim that started the task already set both (``stator_claim_stamps``).
     row.started_at = row.started_at or now
     row.last_attempted_at = row.last_attempted_at or now
@@ -100,11 +102,18 @@ def _failed(row: StatorTask, graph: type[TaskStates], result: TaskResult) -> Sta
 
 
 def _finish_time(row: StatorTask) -> datetime:
-    """Now, by Django's clock, but never before the attempt's start: that was stamped by the
-    claim with the engine's clock, which a test may have set ahead (``ManualClock``)."""
-    now = timezone.now()
+    """Now, but never before the attempt's start (the claim's stamp, by the same clock): a
+    system clock stepped back in between must not make a task finish before it began."""
+    now = _now()
     started = row.last_attempted_at
     return started if started is not None and started > now else now
+
+
+def _now() -> datetime:
+    """The worker's clock (``handler_now``: a test's ``ManualClock`` too), as this project's
+    fields hold times (naive local ones when ``USE_TZ`` is off)."""
+    now = handler_now()
+    return now if settings.USE_TZ else timezone.make_naive(now)
 
 
 def _unable_to_start(
