@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from ._policy import Write
+    from ._store._records import EdgeCount
 
 
 class _Prometheus:
@@ -161,7 +162,7 @@ def written(
         p.lost.inc(len(lost))
 
 
-def drain_edges(worker_id: str, now: datetime) -> list[dict[str, Any]]:
+def drain_edges(worker_id: str, now: datetime) -> list[EdgeCount]:
     """The worker's edge counts since the last call, as ``stator_edge_stats`` rows."""
     from ._store._dashboard import edge_rows
 

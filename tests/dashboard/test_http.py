@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
-from stator._store import _schema
+from stator._store import EdgeCount, _schema
 from stator.dashboard import create_app
 
 from .flow import Flow
@@ -100,8 +100,8 @@ def test_edge_rates_come_from_the_workers_edge_stats(setup: Any) -> None:
     stator, _m = setup
     now = stator.clock.now()
     stator.store.record_stats([], now - timedelta(days=1), [
-        {"worker_id": "w", "model": "orders", "source": "new", "target": "done",
-         "period_end": now, "count": 50},
+        EdgeCount(worker_id="w", model="orders", source="new", target="done",
+                  period_end=now, count=50),
     ])
     values = client(stator, token=None).get("/api/models/orders/graph.json").json()["values"]
     assert values["edge:new:done"] == "10.0/min"  # 50 over the 5-minute window

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from driver_rig import Flow, Rig
 
 from stator import ManualClock
 from stator._policy import Failed, after_run
-from stator._store import Heartbeat, ModelStats
+from stator._store import Heartbeat, ModelStats, StatsPeriod
 from stator._store.interface import Driver
 
 
@@ -48,12 +47,12 @@ def test_workers_are_listed_by_the_models_they_run_and_forgotten_as_they_stop(
     assert sorted(w.id for w in driver.workers()) == ["w-1", "w-3"]
 
 
-def stats(model: str, end: datetime, processed: int, lag: float) -> dict[str, Any]:
-    return {
-        "worker_id": "w-1", "model": model, "period_start": end - timedelta(seconds=10),
-        "period_end": end, "processed": processed, "transitions": processed - 1, "errors": 1,
-        "timeouts": 0, "deleted": 0, "lost": 2, "queue_depth": 7, "lag_seconds": lag,
-    }
+def stats(model: str, end: datetime, processed: int, lag: float) -> StatsPeriod:
+    return StatsPeriod(
+        worker_id="w-1", model=model, period_start=end - timedelta(seconds=10),
+        period_end=end, processed=processed, transitions=processed - 1, errors=1,
+        timeouts=0, deleted=0, lost=2, queue_depth=7, lag_seconds=lag,
+    )
 
 
 def test_recorded_stats_are_summed_per_model_since_a_time(rig: Rig, clock: ManualClock) -> None:

@@ -5,7 +5,15 @@ between databases in ``_dialects``, Stator's own tables), and the SQLAlchemy dri
 not exported here."""
 
 from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
-from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
+from ._records import (
+    EdgeCount,
+    ErrorRecord,
+    Heartbeat,
+    ModelStats,
+    StateCount,
+    StatsPeriod,
+    WorkerRecord,
+)
 from ._store import Store
 from ._tracked import TrackedModel
 from .interface import Driver
@@ -14,11 +22,13 @@ __all__ = [
     "BEGIN_OPTION",
     "NOTIFY_CHANNEL",
     "Driver",
+    "EdgeCount",
     "ErrorRecord",
     "Heartbeat",
     "ModelStats",
     "SqlDialect",
     "StateCount",
+    "StatsPeriod",
     "Store",
     "TrackedModel",
     "WorkerRecord",

@@ -11,13 +11,12 @@ import json
 import socket
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Engine, delete, func, insert, select
 
 from . import _schema
 from ._operations import WRITE
-from ._records import ErrorRecord, Heartbeat, ModelStats, WorkerRecord
+from ._records import EdgeCount, ErrorRecord, Heartbeat, ModelStats, StatsPeriod, WorkerRecord
 
 
 class Bookkeeping:
@@ -46,15 +45,15 @@ class Bookkeeping:
             conn.execute(delete(table).where(table.c.id == worker_id))
 
     def record_stats(
-        self, rows: list[dict[str, Any]], prune_before: datetime,
-        edges: Sequence[dict[str, Any]] = (),
+        self, periods: Sequence[StatsPeriod], prune_before: datetime,
+        edges: Sequence[EdgeCount] = (),
     ) -> None:
         """One stats period per model, and its transitions per edge (``edges``)."""
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
-            if rows:
-                conn.execute(insert(_schema.stats_table), rows)
+            if periods:
+                conn.execute(insert(_schema.stats_table), [p.as_row() for p in periods])
             if edges:
-                conn.execute(insert(_schema.edge_stats_table), list(edges))
+                conn.execute(insert(_schema.edge_stats_table), [e.as_row() for e in edges])
             edge_stats = _schema.edge_stats_table
             conn.execute(delete(edge_stats).where(edge_stats.c.period_end < prune_before))
             stats, errors, workers = (

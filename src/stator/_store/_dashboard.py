@@ -27,6 +27,7 @@ from ._counts import (
     throughput,
 )
 from ._outside_values import parse_pk, parse_time, storable_text
+from ._records import EdgeCount
 from ._row_pages import CURSOR_NEXT, PAGE_SIZE, RowPage, get_row, list_rows, row_errors
 
 if TYPE_CHECKING:
@@ -85,12 +86,11 @@ def recent_actions(store: Store, limit: int = 20) -> list[dict[str, Any]]:
 
 def edge_rows(
     worker_id: str, now: datetime, edges: dict[str, dict[tuple[str, str], int]]
-) -> Iterable[dict[str, Any]]:
+) -> Iterable[EdgeCount]:
     """Rows of ``stator_edge_stats`` for one stats period's edge counts."""
     for model, counts in edges.items():
         for (source, target), count in counts.items():
-            yield {"worker_id": worker_id, "model": model, "source": source, "target": target,
-                   "period_end": now, "count": count}
+            yield EdgeCount(worker_id, model, source, target, now, count)
 
 
 __all__ = [

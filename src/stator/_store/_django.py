@@ -41,7 +41,15 @@ from ._django_connections import AUTOCOMMIT, _Borrowed, database_url, django_eng
 from ._django_scopes import DjangoScopes
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
-from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
+from ._records import (
+    EdgeCount,
+    ErrorRecord,
+    Heartbeat,
+    ModelStats,
+    StateCount,
+    StatsPeriod,
+    WorkerRecord,
+)
 from ._tracked import TrackedModel
 from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
 
@@ -318,10 +326,10 @@ class DjangoStore:
         self.books.forget_worker(worker_id)
 
     def record_stats(
-        self, rows: list[dict[str, Any]], prune_before: datetime,
-        edges: Sequence[dict[str, Any]] = (),
+        self, periods: Sequence[StatsPeriod], prune_before: datetime,
+        edges: Sequence[EdgeCount] = (),
     ) -> None:
-        self.books.record_stats(rows, prune_before, edges)
+        self.books.record_stats(periods, prune_before, edges)
 
     def state_counts(self, now: datetime) -> list[StateCount]:
         return _dashboard.state_counts(self, now)

@@ -1,6 +1,6 @@
 """What a driver's bookkeeping operations take and give back (see ``interface.Driver``):
-a worker's heartbeat, the rows of Stator's workers and errors tables, the summed stats of a
-model, and the rows per state.
+a worker's heartbeat, its stats periods and edge counts, the rows of Stator's workers and
+errors tables, the summed stats of a model, and the rows per state.
 
 Frozen and typed, so every reader (``stator status``, the dashboard, ``/metrics``, the
 conformance suite) names the same fields and a driver cannot hand back a key the others lack.
@@ -77,6 +77,43 @@ class ErrorRecord:
     traceback: str
     created_at: datetime
     worker_id: str
+
+    def as_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class StatsPeriod:
+    """What one worker did for one model in one stats period (a ``stator_stats`` row)."""
+
+    worker_id: str
+    model: str
+    period_start: datetime
+    period_end: datetime
+    queue_depth: int = 0
+    lag_seconds: float = 0.0
+    processed: int = 0
+    transitions: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    deleted: int = 0
+    lost: int = 0
+
+    def as_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class EdgeCount:
+    """How many rows one worker moved along one edge in a stats period (a
+    ``stator_edge_stats`` row): the dashboard's rate per edge."""
+
+    worker_id: str
+    model: str
+    source: str
+    target: str
+    period_end: datetime
+    count: int
 
     def as_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,7 +26,15 @@ from ._bookkeeping import Bookkeeping
 from ._dialects import SqlDialect, dialect_for, listen_connection
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
-from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
+from ._records import (
+    EdgeCount,
+    ErrorRecord,
+    Heartbeat,
+    ModelStats,
+    StateCount,
+    StatsPeriod,
+    WorkerRecord,
+)
 from ._sessions import SessionScopes
 from ._tracked import TrackedModel
 from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
@@ -204,10 +212,10 @@ class Store:
         self.books.forget_worker(worker_id)
 
     def record_stats(
-        self, rows: list[dict[str, Any]], prune_before: datetime,
-        edges: Sequence[dict[str, Any]] = (),
+        self, periods: Sequence[StatsPeriod], prune_before: datetime,
+        edges: Sequence[EdgeCount] = (),
     ) -> None:
-        self.books.record_stats(rows, prune_before, edges)
+        self.books.record_stats(periods, prune_before, edges)
 
     def state_counts(self, now: datetime) -> list[StateCount]:
         return _dashboard.state_counts(self, now)

@@ -27,7 +27,15 @@ from sqlalchemy import Connection, Engine
 from .._clock import Clock
 from .._policy import Claimed, Write
 from ._dialects import SqlDialect
-from ._records import ErrorRecord, Heartbeat, ModelStats, StateCount, WorkerRecord
+from ._records import (
+    EdgeCount,
+    ErrorRecord,
+    Heartbeat,
+    ModelStats,
+    StateCount,
+    StatsPeriod,
+    WorkerRecord,
+)
 from ._tracked import TrackedModel
 
 # The name a write's failures are recorded under when no worker wrote it (``run_once``).
@@ -210,8 +218,8 @@ class Driver(Protocol):
         ...
 
     def record_stats(
-        self, rows: list[dict[str, Any]], prune_before: datetime,
-        edges: Sequence[dict[str, Any]] = (),
+        self, periods: Sequence[StatsPeriod], prune_before: datetime,
+        edges: Sequence[EdgeCount] = (),
     ) -> None:
         """One stats period per model and per edge; older stats, errors and workers pruned."""
         ...

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import _metrics
 from .._board import Board
 from .._clock import Clock
-from .._store import Heartbeat, TrackedModel
+from .._store import Heartbeat, StatsPeriod, TrackedModel
 from .._store.interface import Driver
 from ._state import ModelCounters, Tally, WorkerOptions
 
@@ -96,14 +96,14 @@ class Housekeeper:
         self, period: dict[str, ModelCounters], start: datetime, now: datetime
     ) -> bool:
         depth = self._store.due_depth(self._healthy(), now)
-        rows = []
+        periods = []
         for name, counters in period.items():
             count, lag = depth.get(name, (0, 0.0))
-            rows.append({
-                "worker_id": self._worker_id, "model": name, "period_start": start,
-                "period_end": now, "queue_depth": count, "lag_seconds": lag, **vars(counters),
-            })
+            periods.append(StatsPeriod(
+                self._worker_id, name, start, now, queue_depth=count, lag_seconds=lag,
+                **vars(counters),
+            ))
         self._store.record_stats(
-            rows, now - KEEP_HISTORY, _metrics.drain_edges(self._worker_id, now)
+            periods, now - KEEP_HISTORY, _metrics.drain_edges(self._worker_id, now)
         )
         return True
