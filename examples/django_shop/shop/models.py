@@ -21,7 +21,7 @@ class OrderStates(StateGraph):
 class Order(StatorModel):
     state_graph = OrderStates
     paid = models.BooleanField(default=False)
-    state_history = models.JSONField(null=True)   # optional, appended [state, timestamp]
+    state_history = models.JSONField(null=True, blank=True)  # optional: [state, timestamp] per move
 
 class Receipt(models.Model):
     order = models.OneToOneField(Order, on_delete=models.CASCADE)

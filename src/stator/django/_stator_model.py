@@ -27,6 +27,17 @@ ENGINE_FIELDS = (*STATOR_FIELDS, "state_history")
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
+def engine_owned_fields(model: Any) -> list[str]:
+    """The model's fields only the engine writes: the Stator fields, ``state_history``, and
+    the columns its claim sets (``stator_lease_column``, ``stator_claim_stamps``) - those the
+    model has.  An admin form must not offer them: a hand edit would rewrite a row's history
+    or lease under a running worker."""
+    named = [*ENGINE_FIELDS, getattr(model, "stator_lease_column", None),
+             *(getattr(model, "stator_claim_stamps", None) or {})]
+    fields = {f.name for f in model._meta.get_fields()}
+    return [n for n in dict.fromkeys(named) if n in fields]
+
+
 def graph_of(model: Any) -> type[StateGraph] | None:
     return _as_graph(getattr(model, "state_graph", None))
 
@@ -91,7 +102,8 @@ class StatorQuerySet(models.QuerySet):
 
 
 class StatorModel(models.Model, metaclass=StatorModelBase):
-    """Subclass it, set ``state_graph``; optionally add ``state_history = JSONField(null=True)``."""
+    """Subclass it, set ``state_graph``; optionally add
+    ``state_history = JSONField(null=True, blank=True)``."""
 
     state_graph: ClassVar[type[StateGraph]]
 

@@ -40,8 +40,8 @@ from ..errors import TransitionConflict, TransitionError
 from . import _task_admin  # noqa: F401  (registers the tasks page)
 from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._ops_models import StatorError, StatorWorker
+from ._stator_model import engine_owned_fields
 
-STATOR_COLUMNS = ("state", "state_changed", "state_next", "state_attempts")
 SHRINK = 0.75
 
 # The drawing's styles, scoped to it, in the admin's own colour variables (so its light and
@@ -105,8 +105,16 @@ class StatorAdmin:
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]
-        extra = [c for c in (*STATOR_COLUMNS, "state_graph_diagram") if c not in fields]
+        owned = engine_owned_fields(self.model)  # the engine's alone: never in a form
+        extra = [c for c in (*owned, "state_graph_diagram") if c not in fields]
         return [*fields, *extra]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The add page leaves out the engine's fields: a new row takes their database
+        defaults (the initial state, due now), which have no value to show yet."""
+        fields = list(super().get_fields(request, obj))  # type: ignore[misc]
+        owned = set(engine_owned_fields(self.model))
+        return fields if obj is not None else [f for f in fields if f not in owned]
 
     @admin.display(description="state graph")
     def state_graph_diagram(self, obj: Any) -> SafeString:
