@@ -21,37 +21,29 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connections
-from sqlalchemy import Column, Connection, MetaData, Table, text
+from sqlalchemy import Column, MetaData, Table, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import UserDefinedType
 
 from .._clock import Clock, SystemClock
-from .._policy import Claimed, Write
+from .._policy import Claimed
 from .._types import UTCDateTime
 from ..django.fields import StatorDateTimeField
-from . import _dashboard, _schema, _unreadable
+from . import _schema, _unreadable
 from ._bookkeeping import Bookkeeping
 from ._dialects import BEGIN_OPTION, dialect_for, listen_connection, with_client_settings
 from ._django_connections import AUTOCOMMIT, _Borrowed, database_url, django_engine, wake_key
 from ._django_scopes import DjangoScopes
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
-from ._records import (
-    EdgeCount,
-    ErrorRecord,
-    Heartbeat,
-    ModelStats,
-    StateCount,
-    StatsPeriod,
-    WorkerRecord,
-)
+from ._shared_parts import SharedParts
 from ._tracked import TrackedModel
-from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
+from .interface import ClaimedRow, HandlerScopes
 
 __all__ = ["DjangoStore", "database_url", "django_engine", "store_for", "wake_key"]
 
@@ -70,7 +62,7 @@ class _Sql(UserDefinedType[Any]):
         return self.spec
 
 
-class DjangoStore:
+class DjangoStore(SharedParts):
     """The Django driver (see the module docstring)."""
 
     migrate_hint = "run `manage.py migrate`"
@@ -209,9 +201,6 @@ class DjangoStore:
                     done.extend(self.schema.install_notify(conn, tracked))
         return done
 
-    def uninstall(self, then: Callable[[Connection], None] | None = None) -> list[str]:
-        return self.schema.uninstall(then)
-
     # -- claims --------------------------------------------------------------------------
 
     def claim(
@@ -297,59 +286,6 @@ class DjangoStore:
         if claimed.state_changed is None:  # Django's SQLite converters read garbage as None
             raise ValueError("state_changed does not hold a time")
         return obj, claimed
-
-    # -- the shared operations (``SqlOperations``, ``Bookkeeping``, ``SchemaKeeper``) --------
-
-    def write(
-        self, tracked: TrackedModel, writes: Sequence[Write], conn: Connection | None = None,
-        worker_id: str = INLINE,
-    ) -> set[Any]:
-        return self.ops.write(tracked, writes, conn, worker_id)
-
-    def write_all(
-        self, groups: Sequence[WriteGroup], worker_id: str = INLINE
-    ) -> dict[str, set[Any]]:
-        return self.ops.write_all(groups, worker_id)
-
-    def next_due(
-        self, tracked: Iterable[TrackedModel], claimable_at: datetime | None = None
-    ) -> datetime | None:
-        return self.ops.next_due(tracked, claimable_at)
-
-    def due_depth(self, tracked: Iterable[TrackedModel], now: datetime) -> dict[str, DueDepth]:
-        return self.ops.due_depth(tracked, now)
-
-    def heartbeat(self, beat: Heartbeat) -> None:
-        self.books.heartbeat(beat)
-
-    def forget_worker(self, worker_id: str) -> None:
-        self.books.forget_worker(worker_id)
-
-    def record_stats(
-        self, periods: Sequence[StatsPeriod], prune_before: datetime,
-        edges: Sequence[EdgeCount] = (),
-    ) -> None:
-        self.books.record_stats(periods, prune_before, edges)
-
-    def state_counts(self, now: datetime) -> list[StateCount]:
-        return _dashboard.state_counts(self, now)
-
-    def recent_stats(self, since: datetime) -> list[ModelStats]:
-        return self.books.recent_stats(since)
-
-    def recent_errors(
-        self, limit: int = 20, models: Sequence[str] | None = None
-    ) -> list[ErrorRecord]:
-        return self.books.recent_errors(limit, models)
-
-    def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
-        return self.books.workers(models)
-
-    def problems(self) -> list[str]:
-        return self.schema.problems()
-
-    def check_ready(self) -> None:
-        self.schema.check_ready()
 
 
 @functools.lru_cache(maxsize=64)

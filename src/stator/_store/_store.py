@@ -10,7 +10,7 @@ creates the tracked tables and their Stator columns.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,29 +20,21 @@ from sqlalchemy.orm.attributes import instance_state
 
 from .. import _local_wakeups
 from .._clock import Clock, SystemClock
-from .._policy import Claimed, Write
-from . import _dashboard, _unreadable
+from .._policy import Claimed
+from . import _unreadable
 from ._bookkeeping import Bookkeeping
 from ._dialects import SqlDialect, dialect_for, listen_connection
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
-from ._records import (
-    EdgeCount,
-    ErrorRecord,
-    Heartbeat,
-    ModelStats,
-    StateCount,
-    StatsPeriod,
-    WorkerRecord,
-)
 from ._sessions import SessionScopes
+from ._shared_parts import SharedParts
 from ._tracked import TrackedModel
-from .interface import INLINE, ClaimedRow, DueDepth, HandlerScopes, WriteGroup
+from .interface import ClaimedRow, HandlerScopes
 
 MIGRATE_HINT = "run `stator migrate APP` (or Stator.migrate())"
 
 
-class Store:
+class Store(SharedParts):
     """The SQLAlchemy driver (see the module docstring)."""
 
     migrate_hint = MIGRATE_HINT
@@ -129,15 +121,6 @@ class Store:
         """Stator's tables, the tracked tables and their Stator columns; idempotent."""
         return self.schema.migrate()
 
-    def uninstall(self, then: Callable[[Connection], None] | None = None) -> list[str]:
-        return self.schema.uninstall(then)
-
-    def problems(self) -> list[str]:
-        return self.schema.problems()
-
-    def check_ready(self) -> None:
-        self.schema.check_ready()
-
     # -- the hot path ----------------------------------------------------------------------
 
     def claim(
@@ -183,54 +166,6 @@ class Store:
             session.commit()
             session.expunge_all()
         return [(obj, _claimed(obj, tracked)) for obj in objects]
-
-    def write(
-        self, tracked: TrackedModel, writes: Sequence[Write], conn: Connection | None = None,
-        worker_id: str = INLINE,
-    ) -> set[Any]:
-        return self.ops.write(tracked, writes, conn, worker_id)
-
-    def write_all(
-        self, groups: Sequence[WriteGroup], worker_id: str = INLINE
-    ) -> dict[str, set[Any]]:
-        return self.ops.write_all(groups, worker_id)
-
-    def next_due(
-        self, tracked: Iterable[TrackedModel], claimable_at: datetime | None = None
-    ) -> datetime | None:
-        return self.ops.next_due(tracked, claimable_at)
-
-    def due_depth(self, tracked: Iterable[TrackedModel], now: datetime) -> dict[str, DueDepth]:
-        return self.ops.due_depth(tracked, now)
-
-    # -- workers, stats, status (``Bookkeeping``) --------------------------------------------
-
-    def heartbeat(self, beat: Heartbeat) -> None:
-        self.books.heartbeat(beat)
-
-    def forget_worker(self, worker_id: str) -> None:
-        self.books.forget_worker(worker_id)
-
-    def record_stats(
-        self, periods: Sequence[StatsPeriod], prune_before: datetime,
-        edges: Sequence[EdgeCount] = (),
-    ) -> None:
-        self.books.record_stats(periods, prune_before, edges)
-
-    def state_counts(self, now: datetime) -> list[StateCount]:
-        return _dashboard.state_counts(self, now)
-
-    def recent_stats(self, since: datetime) -> list[ModelStats]:
-        return self.books.recent_stats(since)
-
-    def recent_errors(
-        self, limit: int = 20, models: Sequence[str] | None = None
-    ) -> list[ErrorRecord]:
-        return self.books.recent_errors(limit, models)
-
-    def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
-        return self.books.workers(models)
-
 
 class _Loader:
     """Turns claimed rows into detached ORM objects without the ORM's loading machinery.
