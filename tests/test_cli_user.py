@@ -15,6 +15,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +122,35 @@ def test_a_missing_sqlite_file_is_reported_not_created(app_dir, capsys, command)
 # -- item 9: migrate tells the truth about the launcher -----------------------------------------
 
 
-def test_migrate_says_no_launcher_heard_it_when_none_runs(app_dir, capsys):
-    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+def test_migrate_says_one_line_and_no_launcher_when_none_is_known(app_dir, capsys):
+    path = app_dir / "a.db"
+    app = write_app(app_dir, f"sqlite:///{path}")
     code, out, _err = run_cli(capsys, "migrate", app)
     assert code == 0
-    assert "sent restart to the launcher" not in out
-    assert "none runs from this directory; one running elsewhere acts on it" in out  # unwrapped
+    [line] = out.splitlines()
+    assert line.startswith(f"sqlite:///{path}: migrated (stator schema upgraded to version ")
+    assert "created table" in line and "launcher" not in line
+    code, out, _err = run_cli(capsys, "migrate", app)
+    assert code == 0 and out.splitlines() == [f"sqlite:///{path}: already up to date"]
+
+
+def test_migrate_names_a_launcher_that_answered_this_database_before(app_dir, capsys):
+    from sqlalchemy import create_engine, update
+
+    from stator._store._schema import messages_table
+
+    path = app_dir / "a.db"
+    app = write_app(app_dir, f"sqlite:///{path}")
+    assert run_cli(capsys, "migrate", app)[0] == 0
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:  # as a launcher elsewhere does when it reads the message
+        conn.execute(update(messages_table).values(handled_at=datetime.now(UTC), ack=True))
+        conn.exec_driver_sql("DROP TABLE jobs")  # something left to migrate
+    engine.dispose()
+    code, out, _err = run_cli(capsys, "migrate", app)
+    assert code == 0
+    [line] = out.splitlines()
+    assert line.endswith("for the launcher)") and "left restart message" in line
 
 
 def test_migrate_says_it_told_a_launcher_that_listens(app_dir, capsys):
@@ -141,7 +165,8 @@ def test_migrate_says_it_told_a_launcher_that_listens(app_dir, capsys):
     finally:
         place.close_wake()
     assert code == 0
-    assert "sent restart to the launcher" in out
+    [line] = out.splitlines()
+    assert line.endswith("; sent restart to the launcher)")
 
 
 # -- item 8: a second SIGTERM forces the stop, as a second Ctrl-C does --------------------------

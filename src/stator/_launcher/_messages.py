@@ -133,6 +133,17 @@ def read_reply(engine: Engine, message_id: int) -> Reply | None:
     return Reply(ok=bool(row.ack), outcome=row.outcome or "", handled_at=row.handled_at)
 
 
+def answered_before(engine: Engine) -> bool:
+    """Whether a launcher has acknowledged a message of this database's (handled ones are
+    kept a day): a sign one watches it, from wherever it runs."""
+    t = messages_table
+    with engine.connect() as conn:
+        if not has_table(conn):
+            return False
+        return conn.execute(select(t.c.id).where(t.c.handled_at.is_not(None)).limit(1)).first() \
+            is not None
+
+
 # -- the launcher's side ----------------------------------------------------------------------
 
 

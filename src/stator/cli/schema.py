@@ -18,29 +18,36 @@ def migrate(app: str, db: str | None) -> None:
     with user_errors():
         stator = load_app(app, db)
         done = stator.migrate()
-        done.extend(_restart_launcher(stator) if done else [])
-    for line in done:
-        out.print(f"  {line}", highlight=False)
-    out.print(f"{stator.url}: up to date" if done else f"{stator.url}: already up to date",
-              highlight=False)
+        told = _restart_launcher(stator) if done else None
+    if not done:
+        out.print(f"{stator.url}: already up to date", highlight=False)
+        return
+    # One line: what changed, and the launcher only where there is one to tell.
+    said = "; ".join([*done, *([told] if told else [])])
+    out.print(f"{stator.url}: migrated ({said})", highlight=False)
 
 
-def _restart_launcher(stator: Stator) -> list[str]:
+def _restart_launcher(stator: Stator) -> str | None:
     """After a migration: tell the launcher (as TimescaleDB's CREATE/ALTER EXTENSION send restart),
     so a scheduler disabled for lack of schema starts, and a running one picks up the new
-    schema.  A failure here does not undo the migration; it is reported."""
+    schema.  The message is always left (a launcher elsewhere acts on it when it next reads
+    this database's messages), but said only when a launcher is known: one listens in this
+    directory, or one has answered this database before.  A failure to send does not undo
+    the migration."""
     from .._launcher import send_message
     from .._launcher._discovery import key_of
+    from .._launcher._messages import answered_before
     from .._launcher._place import DEFAULT_PLACE, poke
 
     try:
         sent = send_message(stator.engine, "restart")
+        if poke(DEFAULT_PLACE, key_of(stator.engine.url)):
+            return "sent restart to the launcher"
+        if answered_before(stator.engine):
+            return f"left restart message {sent.id} for the launcher"
     except (DBAPIError, StatorError) as exc:
-        return [f"could not send restart to the launcher: {exc}"]
-    if poke(DEFAULT_PLACE, key_of(stator.engine.url)):
-        return [f"sent restart to the launcher (message {sent.id})"]
-    return [f"left restart message {sent.id} for a launcher (none runs from this directory; "
-            "one running elsewhere acts on it)"]
+        return f"could not send restart to the launcher: {exc}"
+    return None
 
 
 @click.command()
