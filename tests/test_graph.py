@@ -474,3 +474,47 @@ def test_edge_to_a_state_of_another_graph():
 def test_edge_to_something_that_is_not_a_state():
     with raises_graph_error("transitions_to", "'b'"):
         State().transitions_to("b")  # type: ignore[arg-type]
+
+
+def _limited(**limits):
+    class G(StateGraph):
+        go = State(**limits)
+        done = State()
+        go.transitions_to(done)
+
+        @classmethod
+        def check_go(cls, row):
+            return cls.done
+
+    return G
+
+
+def test_a_limit_is_kept_on_the_state():
+    g = _limited(max_running=3, limit_key="domain")
+    assert (g.go.max_running, g.go.limit_key, g.go.limited) == (3, "domain", True)
+    assert not g.done.limited
+    per_value = _limited(max_running={"mail": 5}, limit_key="queue_name").go
+    assert per_value.max_running == {"mail": 5}
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"max_running": 0}, "max_running must be an int >= 1"),
+    ({"max_running": True}, "max_running must be an int >= 1"),
+    ({"max_running": 1.5}, "max_running must be an int >= 1"),
+    ({"limit_key": "domain"}, "limit_key needs max_running"),
+    ({"max_running": {"mail": 2}}, "needs limit_key"),
+    ({"max_running": {}, "limit_key": "q"}, "at least one key value"),
+    ({"max_running": {"mail": 0}, "limit_key": "q"}, "max_running must be an int >= 1"),
+    ({"max_running": 2, "limit_key": "a domain"}, "limit_key must be a column name"),
+])
+def test_a_wrong_limit_fails_at_class_creation(limits, message):
+    with pytest.raises(GraphError, match=re.escape(message)):
+        _limited(**limits)
+
+
+def test_a_limit_on_a_state_without_a_handler_is_refused():
+    with pytest.raises(GraphError, match="only applies to a state with a handler"):
+        class G(StateGraph):
+            waiting = State(externally_progressed=True, max_running=2)
+            done = State()
+            waiting.transitions_to(done)

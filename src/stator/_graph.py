@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ._limits import limit_problems
 from .errors import GraphError
 
 DEFAULT_RETRY_AFTER = 60.0
@@ -56,6 +57,8 @@ class State:
         handler_name: str | None = None,
         try_interval: float | None = None,
         attempt_immediately: bool | None = None,
+        max_running: int | Mapping[str, int] | None = None,
+        limit_key: str | None = None,
     ) -> None:
         self._declared_retry = retry_after is not None or try_interval is not None
         if retry_after is not None and try_interval is not None and retry_after != try_interval:
@@ -82,6 +85,11 @@ class State:
             else max(DEFAULT_MAX_RETRY_AFTER, self.retry_after)
         )
         self.handler_name = handler_name
+        # Rows held at once, everywhere (per value of the ``limit_key`` column): ``_limits``.
+        self.max_running: int | dict[str, int] | None = (
+            dict(max_running) if isinstance(max_running, Mapping) else max_running
+        )
+        self.limit_key = limit_key
         self.children: dict[str, State] = {}
         self.parents: dict[str, State] = {}
         self._edges: list[State] = []
@@ -150,6 +158,11 @@ class State:
     def scheduled(self) -> bool:
         """Rows in this state need the engine at some time (a handler, a deletion or a timeout)."""
         return self.automatic or self.delete_after is not None or self.timed_edge is not None
+
+    @property
+    def limited(self) -> bool:
+        """The claim counts this state's running rows before it takes more (``max_running``)."""
+        return self.max_running is not None
 
     @property
     def lease(self) -> float:
@@ -365,6 +378,7 @@ def _state_problems(state: State) -> Iterator[str]:
         yield "fails_to(...) needs State(max_attempts=N)"
     if state.max_attempts is not None and not state.automatic:
         yield "max_attempts only applies to a state with a handler"
+    yield from limit_problems(state.max_running, state.limit_key, state.automatic)
 
 
 def _timing_problems(state: State) -> Iterator[str]:

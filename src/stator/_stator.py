@@ -78,7 +78,12 @@ class Stator:
         self.batch_size = batch_size
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
         self.engine = db if isinstance(db, Engine) else create_engine_for(db, concurrency)
-        self.store: Driver = Store(self.engine, self.models, clock=self.clock)
+        try:
+            self.store: Driver = Store(self.engine, self.models, clock=self.clock)
+        except BaseException:
+            if not isinstance(db, Engine):  # ours: no connection of it outlives the refusal
+                self.engine.dispose()
+            raise
 
     @classmethod
     def _over_store(

@@ -80,11 +80,12 @@ class Rig:
 
     def model(self, graph: type[StateGraph], *, table: str = "orders", priority: bool = False,
               history: bool = False, times: tuple[str, ...] = (), texts: tuple[str, ...] = (),
-              hooks: dict[str, Any] | None = None) -> type:
+              hooks: dict[str, Any] | None = None, keys: tuple[str, ...] = ()) -> type:
         """A model of this integration run by ``graph``: an integer key, ``group`` and
         ``order`` (reserved words; ``order`` the claim priority if ``priority``), with
-        ``history`` ``state_history``, nullable time columns ``times`` and text columns
-        ``texts``, and ``hooks`` as class attributes (``stator_write_extra``...)."""
+        ``history`` ``state_history``, nullable time columns ``times``, text columns
+        ``texts`` (nullable) and ``keys`` (NOT NULL, default ''), and ``hooks`` as class
+        attributes (``stator_write_extra``...)."""
         if self.kind == "django":
             meta = type("Meta", (), {"apps": Apps(), "app_label": "driver_suite",
                                      "db_table": table})
@@ -98,6 +99,8 @@ class Rig:
                 attrs["state_history"] = models.JSONField(null=True)
             attrs.update({name: StatorDateTimeField(null=True) for name in times})
             attrs.update({name: models.CharField(max_length=200, null=True) for name in texts})
+            attrs.update({name: models.CharField(max_length=200, default="", db_default="")
+                          for name in keys})
             base: tuple[type, ...] = (StatorModel,)
         else:
 
@@ -114,6 +117,8 @@ class Rig:
                 attrs["state_history"] = mapped_column(JSON, nullable=True)
             attrs.update({name: mapped_column(UTCDateTime(), nullable=True) for name in times})
             attrs.update({name: mapped_column(String(200), nullable=True) for name in texts})
+            attrs.update({name: mapped_column(String(200), nullable=False, default="",
+                                              server_default="") for name in keys})
             base = (StatorMixin, Base)
         if priority:
             attrs["stator_claim_priority"] = "order"

@@ -103,7 +103,8 @@ class DjangoStore(SharedParts):
         # (which the admin's actions use) fence and write them alike on both stores.
         columns = [
             Column(f.column, UTCDateTime() if isinstance(f, StatorDateTimeField)
-                   else _Sql(f.db_type(conn) or "text"), primary_key=f.primary_key)
+                   else _Sql(f.db_type(conn) or "text"), primary_key=f.primary_key,
+                   nullable=f.null)
             for f in opts.concrete_fields
         ]
         table = Table(opts.db_table, MetaData(), *columns)
@@ -230,7 +231,7 @@ class DjangoStore(SharedParts):
         if rows is None:
             if connections[self.alias].in_atomic_block:
                 sql = tracked.sql.claim_joined or sql
-            rows = self.ops.run_claim(text(sql), params)
+            rows = self.ops.run_claim(text(sql), params, tracked.sql.claim_lock)
         return [self._materialise(tracked, row) for row in rows]
 
     def _claim_on_psycopg(
@@ -242,7 +243,8 @@ class DjangoStore(SharedParts):
         a wake-up and the handler: an idle worker's pickup latency is mostly the claim's.
         Errors are raised as SQLAlchemy's, as the worker's retry policy expects."""
         django = connections[self.alias]
-        if not self.dialect.autocommit_claims or django.in_atomic_block:
+        if (not self.dialect.autocommit_claims or django.in_atomic_block
+                or tracked.sql.claim_lock is not None):
             return None
         borrowed = _Borrowed(self.alias)
         raw = borrowed._raw()

@@ -54,12 +54,17 @@ class SqlOperations:
         self._notify_limit = _wake_sender.NotifyLimit()
         self._writer = writer_lock(dialect)
 
-    def run_claim(self, statement: Any, params: dict[str, Any]) -> Sequence[Any]:
+    def run_claim(
+        self, statement: Any, params: dict[str, Any], lock: str | None = None
+    ) -> Sequence[Any]:
         """A claim statement, on its own connection, as one write transaction (or one
-        autocommit statement, per ``claim_options``); the rows it leased."""
-        with self._writer, self.engine.connect().execution_options(
-            **self.claim_options
-        ) as conn, conn.begin():
+        autocommit statement, per ``claim_options``); the rows it leased.  With ``lock``
+        (``Statements.claim_lock``), always a transaction that runs ``lock`` first."""
+        options = self.claim_options if lock is None else WRITE
+        with self._writer, self.engine.connect().execution_options(**options) as conn, \
+                conn.begin():
+            if lock is not None:
+                conn.execute(text(lock))
             return conn.execute(statement, params).all()
 
     def claim_params(self, tracked: TrackedModel, now: datetime, limit: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ._dialects import SqlDialect
+from ._limit_statements import limited_claim_sql
 
 if TYPE_CHECKING:
     from ._tracked import TrackedModel
@@ -48,6 +49,9 @@ class Statements:
     next_due: str | None = None
     # ``next_due`` as a claim at :now sees it, rows locked elsewhere left out (SKIP LOCKED).
     next_claimable: str | None = None
+    # What a claim runs first in its transaction (``claim`` then runs in one, never in
+    # autocommit): a model with limits on PostgreSQL (``SqlDialect.limit_lock``); else None.
+    claim_lock: str | None = None
     # The fenced write-back of a batch (moves and stays), returning the keys it applied.
     write: str = ""
     # ``write`` and a wake-up notification as one statement (:table); None without NOTIFY.
@@ -73,6 +77,8 @@ def build_statements(t: TrackedModel, d: SqlDialect) -> Statements:
         stamps = _claim_stamps(t)
 
         def claim(lease_commit: str) -> str:
+            if t.limited:
+                return _limited_claim_sql(t, d, returning, extra, stamps, lease_commit)
             return _claim_sql(
                 table, pk, scheduled, d, returning, extra, t.priority, t.lease_column, stamps,
                 lease_commit,
@@ -93,6 +99,7 @@ def build_statements(t: TrackedModel, d: SqlDialect) -> Statements:
             next_claimable=(
                 _next_claimable_sql(table, scheduled, d, extra) if d.skip_locked else None
             ),
+            claim_lock=d.limit_lock(t.name) if t.limited else None,
         )
     columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
     source = d.batch_source(columns)
@@ -161,10 +168,19 @@ def _due_branches(
 ) -> str:
     """Each state's oldest due rows, at most :limit per state (the rows a claim may take)."""
     return " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {pk}, state{picked} FROM {table} "
-        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
-        f"ORDER BY {order} LIMIT :limit{d.skip_locked}) AS b{i}"
+        f"SELECT * FROM ({_due_rows(table, pk, name, d, picked, extra, order)}) AS b{i}"
         for i, name in enumerate(states)
+    )
+
+
+def _due_rows(
+    table: str, pk: str, name: str, d: SqlDialect, picked: str, extra: str, order: str
+) -> str:
+    """A state's oldest due rows, at most :limit (one state's share of a claim)."""
+    return (
+        f"SELECT {pk}, state{picked} FROM {table} "
+        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
+        f"ORDER BY {order} LIMIT :limit{d.skip_locked}"
     )
 
 
@@ -192,6 +208,30 @@ def _claim_stamps(t: TrackedModel) -> str:
         value = f"COALESCE({column}, :now)" if when == "first" else ":now"
         sets.append(f", {column} = CASE WHEN state IN ({handled}) THEN {value} ELSE {column} END")
     return "".join(sets)
+
+
+def _limited_claim_sql(
+    t: TrackedModel, d: SqlDialect, returning: str, extra: str, stamps: str, lease_commit: str
+) -> str:
+    """The claim of a graph with a concurrency limit (``_limit_statements``); its unlimited
+    states take their rows as ``_claim_sql`` takes them."""
+    order = "state_next" if t.priority is None else f"{t.priority} DESC, state_next"
+    picked = f", state_next, {t.priority}" if t.priority is not None else ", state_next"
+
+    def plain_rows(name: str) -> str:
+        return _due_rows(t.quoted_table, t.quoted_pk, name, d, picked, extra, order)
+
+    return limited_claim_sql(
+        t, d, plain_rows, extra, returning, _claim_update(t, stamps), lease_commit
+    )
+
+
+def _claim_update(t: TrackedModel, stamps: str) -> str:
+    """The claim's ``SET``: the lease per state, copied to the lease column, the stamps."""
+    states = t.graph.scheduled_states()
+    lease = " ".join(f"WHEN '{s.name}' THEN :lease_{i}" for i, s in enumerate(states))
+    copy = f", {t.lease_column} = CASE state {lease} END" if t.lease_column is not None else ""
+    return f"state_next = CASE state {lease} END{copy}{stamps}"
 
 
 def _claim_sql(

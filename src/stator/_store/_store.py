@@ -153,7 +153,8 @@ class Store(SharedParts):
         loader = self._loader(tracked)
         if not loader.fast:
             return self._claim_orm(tracked, sql, params)
-        return [loader.load(row) for row in self.ops.run_claim(loader.statement, params)]
+        rows = self.ops.run_claim(loader.statement, params, tracked.sql.claim_lock)
+        return [loader.load(row) for row in rows]
 
     def _claim_orm(
         self, tracked: TrackedModel, sql: str, params: dict[str, Any]
@@ -161,7 +162,9 @@ class Store(SharedParts):
         """The ORM's own loading, for models whose load events must run (a reconstructor)."""
         statement = select(tracked.model).from_statement(text(sql).columns(*tracked.table.c))
         with Session(self.engine, expire_on_commit=False, autoflush=False) as session:
-            session.connection(execution_options=WRITE)
+            conn = session.connection(execution_options=WRITE)
+            if tracked.sql.claim_lock is not None:
+                conn.execute(text(tracked.sql.claim_lock))
             objects = list(session.scalars(statement, params))
             session.commit()
             session.expunge_all()

@@ -57,6 +57,13 @@ class TrackedModel:
     # NULL), in the claim's own statement (quoted).  The django.tasks backend's
     # ``started_at`` and ``last_attempted_at``: a RUNNING task has both, at no extra write.
     claim_stamps: dict[str, str] = field(default_factory=dict)
+    # Per state with ``State(limit_key=…)``: the key's column, quoted (``_limit_statements``).
+    limit_keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def limited(self) -> bool:
+        """Some state of the graph has ``max_running``: the claim counts running rows."""
+        return any(s.limited for s in self.graph.scheduled_states())
 
     @classmethod
     def build(cls, model: type, dialect: SqlDialect, sa_dialect: Dialect) -> TrackedModel:
@@ -104,6 +111,7 @@ class TrackedModel:
                     f"{model.__name__}.stator_claim_stamps: {column!r}: {when!r} must name a "
                     f"column of {table.name} and say 'first' or 'each'"
                 )
+        limit_keys = _limit_keys(model, graph, table, lease_column)
         tracked = cls(
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
@@ -117,6 +125,7 @@ class TrackedModel:
             failure_extra=getattr(model, "stator_failure_extra", None),
             lease_column=None if lease_column is None else quote.quote(lease_column),
             claim_stamps={quote.quote(c): when for c, when in stamps.items()},
+            limit_keys={name: quote.quote(c) for name, c in limit_keys.items()},
         )
         tracked.sql = build_statements(tracked, dialect)
         return tracked
@@ -129,3 +138,31 @@ class TrackedModel:
         if attr is None or len(rows) < 2:
             return rows
         return sorted(rows, key=lambda pair: -getattr(pair[0], attr))
+
+
+def _limit_keys(
+    model: type, graph: type[StateGraph], table: Table, lease_column: str | None
+) -> dict[str, str]:
+    """The key column of each state with ``limit_key``, checked against the table.  A limit
+    needs the model's lease column: it is how a claim tells a running row (its
+    ``state_next`` still the lease it was given) from one merely due later."""
+    limited = [s for s in graph.states.values() if s.limited]
+    if limited and lease_column is None:
+        raise ConfigError(
+            f"{model.__name__}: state {limited[0].name} has max_running, which needs a lease "
+            f"column: add a nullable time column (UTCDateTime) and name it in "
+            f"stator_lease_column"
+        )
+    keys: dict[str, str] = {}
+    for state in limited:
+        key = state.limit_key
+        if key is None:
+            continue
+        column = table.c.get(key)
+        if column is None or column.nullable:
+            raise ConfigError(
+                f"{model.__name__}: {graph.__name__}.{state.name} has limit_key={key!r}, "
+                f"which must name a NOT NULL column of {table.name}"
+            )
+        keys[state.name] = key
+    return keys

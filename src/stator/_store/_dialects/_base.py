@@ -43,6 +43,23 @@ class SqlDialect:
     # (see ``PostgresDialect``); empty where commits cost no such wait.
     lease_commit = ""
 
+    def key_rows(self, keys: str, table: str, pk: str, columns: str, where: str,
+                 order: str) -> str:
+        """A limited claim's ``FROM``: each row ``r`` of ``keys`` (``stator_lkey``,
+        ``stator_room``) with its key's oldest due rows as ``q`` (``columns`` of them, chosen by
+        ``where``, which names ``r.stator_lkey``).  Here a correlated ``IN``: a ``LIMIT`` may
+        not name ``r``, so it takes up to ``:limit`` and the caller keeps ``stator_room``."""
+        return (
+            f"{keys} AS r JOIN {table} AS q ON q.{pk} IN (SELECT {pk} FROM {table} "
+            f"WHERE {where} ORDER BY {order} LIMIT :limit)"
+        )
+
+    def limit_lock(self, name: str) -> str | None:
+        """What a claim of a model with limits runs first, in its transaction, so that its
+        count of running rows sees every other claim's; None where a claim is one writer's
+        (SQLite: the write lock comes before the statement reads anything)."""
+        return None
+
     def url_from_django(self, settings: dict[str, Any]) -> URL:
         """A Django database's settings as a URL: Stator's name for it."""
         raise NotImplementedError

@@ -3,6 +3,7 @@ and the session bounds a worker needs on a network that can fail."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,6 +31,25 @@ class PostgresDialect(SqlDialect):
     # ``set_config(..., true)`` lasts to the end of the claim's own transaction, whether the
     # claim runs in autocommit or inside one (it never outlives the claim's transaction).
     lease_commit = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
+    def key_rows(self, keys: str, table: str, pk: str, columns: str, where: str,
+                 order: str) -> str:
+        """A ``LATERAL`` pick, one index range per key, locking no more than the key's room
+        (rows held by other claims passed by: ``SKIP LOCKED``)."""
+        return (
+            f"{keys} AS r CROSS JOIN LATERAL (SELECT {pk}, {columns} FROM {table} "
+            f"WHERE {where} ORDER BY {order} LIMIT GREATEST(r.stator_room, 0)"
+            f"{self.skip_locked}) AS q"
+        )
+
+    def limit_lock(self, name: str) -> str | None:
+        """A statement reads the rows as they were when it began (READ COMMITTED), so two
+        claims running at once would each count the same running rows and, passing by each
+        other's picks (``SKIP LOCKED``), each fill the same room.  Claims of a model with
+        limits take turns on a transaction-scoped advisory lock instead, taken before the
+        claim begins, so that its snapshot includes every earlier claim."""
+        digest = hashlib.blake2b(f"stator-limits:{name}".encode(), digest_size=8).digest()
+        return f"SELECT pg_advisory_xact_lock({int.from_bytes(digest, 'big', signed=True)})"
 
     def engine_url(self, url: URL) -> URL:
         return url.set(drivername="postgresql+psycopg") if url.drivername == self.name else url

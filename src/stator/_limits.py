@@ -1,0 +1,30 @@
+"""Concurrency limits as declared on a state (``State(max_running=…, limit_key=…)``): what a
+declaration may say, checked when the graph class is created.  Pure: the claim that enforces
+a limit is SQL (``_store/_limit_statements.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+
+def limit_problems(
+    limit: int | Mapping[str, int] | None, key: str | None, automatic: bool
+) -> Iterator[str]:
+    """What is wrong with a state's ``max_running`` and ``limit_key``; whether ``key`` is a
+    column of the table is checked when a model is tracked (the graph knows no table)."""
+    if limit is None:
+        if key is not None:
+            yield "limit_key needs max_running=N"
+        return
+    if not automatic:
+        yield "max_running only applies to a state with a handler (only those rows run)"
+    values = list(limit.values()) if isinstance(limit, Mapping) else [limit]
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        yield f"max_running must be an int >= 1, or a mapping of key values to one (got {limit!r})"
+    if isinstance(limit, Mapping):
+        if key is None:
+            yield "max_running as a mapping (a limit per key value) needs limit_key"
+        if not limit or not all(isinstance(k, str) for k in limit):
+            yield "max_running as a mapping needs at least one key value, each a str"
+    if key is not None and not (isinstance(key, str) and key.isidentifier()):
+        yield f"limit_key must be a column name (got {key!r})"

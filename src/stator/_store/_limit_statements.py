@@ -1,0 +1,101 @@
+"""The claim of a graph with concurrency limits (``State(max_running=…)``), in one statement.
+
+Built only for a graph that declares a limit: any other graph's claim is the plain one of
+``_statements.py``, unchanged.  Per limited state the statement finds the keys that have due
+rows (a skip scan over the ``(state, key, state_next)`` index: one probe per key, however
+many rows each key has due), counts each key's running rows (``state_next`` still equal to the
+lease the claim copied into the model's lease column, and still in the future: an expired
+lease frees its room by itself), and takes from each key at most its room, oldest due first.
+The picks of every key are interleaved round robin (each key's first, then each key's
+second…) and then shared with the other states as the plain claim shares them.  A key at its
+limit costs its probe and its count, never a scan of its due rows, and never holds up another
+key.  Running rows are counted without the worker's own filters (``where``, the pause): a
+limit holds across every worker, whatever each one runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._graph import State
+from ._dialects import SqlDialect
+
+if TYPE_CHECKING:
+    from ._tracked import TrackedModel
+
+
+def limited_claim_sql(
+    t: TrackedModel, d: SqlDialect, plain_rows: Callable[[str], str], extra: str,
+    returning: str, update: str, lease_commit: str,
+) -> str:
+    """The claim of ``t`` (whose graph has a limit).  ``plain_rows(name)`` is the plain
+    claim's due rows of an unlimited state; ``update`` is the ``SET`` list it writes."""
+    table, pk = t.quoted_table, t.quoted_pk
+    priority = t.priority
+    picked = f", {priority}" if priority is not None else ""
+    q_picked = f", q.{priority}" if priority is not None else ""
+    order = "state_next" if priority is None else f"{priority} DESC, state_next"
+    q_order = "q.state_next" if priority is None else f"q.{priority} DESC, q.state_next"
+    ctes: list[str] = []
+    branches: list[str] = []
+    for i, state in enumerate(t.graph.scheduled_states()):
+        if not state.limited:
+            plain = plain_rows(state.name)
+            branches.append(f"SELECT {pk}, state, state_next{picked}, 1 AS stator_krn "
+                            f"FROM ({plain}) AS b{i}")
+            continue
+        ctes.extend(_room_ctes(t, i, state, extra))
+        due = (f"state = '{state.name}' AND state_next IS NOT NULL AND state_next <= :now"
+               f"{extra}")
+        key = t.limit_keys.get(state.name)
+        where = due if key is None else f"{due} AND {key} = r.stator_lkey"
+        source = d.key_rows(f"r{i}", table, pk, f"state_next{picked}", where, order)
+        branches.append(
+            f"SELECT {pk}, '{state.name}' AS state, state_next{picked}, stator_krn FROM "
+            f"(SELECT q.{pk}, q.state_next{q_picked}, r.stator_room, row_number() OVER "
+            f"(PARTITION BY r.stator_lkey ORDER BY {q_order}) AS stator_krn FROM {source} "
+            f"WHERE r.stator_room > 0) AS p{i} WHERE stator_krn <= stator_room"
+        )
+    union = " UNION ALL ".join(branches)
+    return (
+        f"WITH RECURSIVE {', '.join(ctes)}, "
+        f"due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
+        f"(PARTITION BY state ORDER BY stator_krn, {order}) AS rn FROM ({union}) AS c), "
+        f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
+        f"UPDATE {table} SET {update} "
+        f"WHERE {pk} IN (SELECT {pk} FROM picked){lease_commit} RETURNING {returning}"
+    )
+
+
+def _room_ctes(t: TrackedModel, i: int, state: State, extra: str) -> list[str]:
+    """``r{i}``: each key of ``state`` with due rows and its room (one row, for a limit
+    without a key); with a key, ``k{i}`` first: the keys themselves, by skip scan."""
+    table, lease = t.quoted_table, t.lease_column
+    running = (f"SELECT count(*) FROM {table} WHERE state = '{state.name}' "
+               f"AND state_next > :now AND {lease} = state_next")
+    key = t.limit_keys.get(state.name)
+    if key is None:
+        return [f"r{i} AS (SELECT 1 AS stator_lkey, {state.max_running} - ({running}) "
+                f"AS stator_room)"]
+    due = f"state = '{state.name}' AND state_next IS NOT NULL AND state_next <= :now{extra}"
+    keys = (
+        f"k{i}(stator_k) AS (SELECT min({key}) FROM {table} WHERE {due} "
+        f"UNION ALL SELECT (SELECT min({key}) FROM {table} WHERE {due} "
+        f"AND {key} > k{i}.stator_k) FROM k{i} WHERE k{i}.stator_k IS NOT NULL)"
+    )
+    limit = state.max_running
+    if isinstance(limit, dict):
+        whens = " ".join(f"WHEN {_literal(v)} THEN {n}" for v, n in limit.items())
+        cap = f"CASE k{i}.stator_k {whens} END"
+    else:
+        cap = str(limit)
+    # A value a mapping does not list has no limit: its room is the whole claim's.
+    room = (f"SELECT k{i}.stator_k AS stator_lkey, COALESCE({cap} - ({running} "
+            f"AND {key} = k{i}.stator_k), :limit) AS stator_room "
+            f"FROM k{i} WHERE k{i}.stator_k IS NOT NULL")
+    return [keys, f"r{i} AS ({room})"]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
