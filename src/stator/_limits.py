@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+# A state's limit: ``max_running`` (one number, or one per listed key value) and the column
+# it is counted per, or None to count the whole state.
+Limit = tuple[int | Mapping[str, int], str | None]
+
 
 def limit_problems(
     limit: int | Mapping[str, int] | None, key: str | None, automatic: bool

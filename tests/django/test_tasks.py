@@ -333,3 +333,35 @@ def test_results_are_deleted_after_keep_results(tasks: str, clock: ManualClock) 
     run(stator)
     with pytest.raises(TaskResultDoesNotExist):
         tasks_jobs.add.get_result(result.id)
+
+
+def test_queue_limits_bound_the_running_tasks_of_a_queue(alias: str, clock: ManualClock) -> None:
+    """``OPTIONS["QUEUE_LIMITS"]``: at most one ``mail`` task held at once, across every
+    worker; other queues unlimited."""
+    options = {"QUEUE_LIMITS": {"mail": 1}}
+    with override_settings(
+        TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
+                           "OPTIONS": options}},
+        STATOR={"CONCURRENCY": 2, "DATABASE": alias},
+    ):
+        mail = [tasks_jobs.shout.enqueue(str(i)) for i in range(3)]
+        default = [tasks_jobs.add.enqueue(i, 1) for i in range(3)]
+        stator = engine(alias, clock)
+        (tracked,) = stator.store.tracked
+        assert tracked.limits["ready"][0] == {"mail": 1}
+        claimed = stator.store.claim(tracked, clock.now(), 10)
+        assert sorted(c.pk for _o, c in claimed) == sorted(
+            [mail[0].id] + [r.id for r in default])
+        assert stator.store.claim(tracked, clock.now(), 10) == []  # mail's room is taken
+        clock.advance(StatorTask.state_graph.ready.lease)  # that worker died: its lease ran out
+        run(stator, 8)
+        assert [tasks_jobs.shout.get_result(r.id).return_value for r in mail] == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize("limits", [{"mail": 0}, ["mail"], {"mail": "2"}])
+def test_a_wrong_queue_limit_is_refused(alias: str, limits: Any) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    settings = {"default": {"BACKEND": BACKEND, "OPTIONS": {"QUEUE_LIMITS": limits}}}
+    with override_settings(TASKS=settings), pytest.raises(ImproperlyConfigured, match="QUEUE"):
+        StatorTask.stator_claim_limits()

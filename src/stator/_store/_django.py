@@ -109,9 +109,11 @@ class DjangoStore(SharedParts):
         ]
         table = Table(opts.db_table, MetaData(), *columns)
         hook = getattr(model, "stator_claim_where", None)
+        limits = getattr(model, "stator_claim_limits", None)
         return TrackedModel.from_table(
             model, table, opts.pk.attname, self.dialect, self.engine.dialect,
             where=hook(self.options) if hook is not None else None,
+            limits=limits() if limits is not None else None,
         )
 
     # -- capability flags (see ``interface.Driver``) -----------------------------------------

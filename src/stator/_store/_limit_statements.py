@@ -15,10 +15,10 @@ limit holds across every worker, whatever each one runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from .._graph import State
+from .._limits import Limit
 from ._dialects import SqlDialect
 
 if TYPE_CHECKING:
@@ -40,15 +40,16 @@ def limited_claim_sql(
     ctes: list[str] = []
     branches: list[str] = []
     for i, state in enumerate(t.graph.scheduled_states()):
-        if not state.limited:
+        limit = t.limits.get(state.name)
+        if limit is None:
             plain = plain_rows(state.name)
             branches.append(f"SELECT {pk}, state, state_next{picked}, 1 AS stator_krn "
                             f"FROM ({plain}) AS b{i}")
             continue
-        ctes.extend(_room_ctes(t, i, state, extra))
+        ctes.extend(_room_ctes(t, i, state.name, limit, extra))
         due = (f"state = '{state.name}' AND state_next IS NOT NULL AND state_next <= :now"
                f"{extra}")
-        key = t.limit_keys.get(state.name)
+        key = limit[1]
         where = due if key is None else f"{due} AND {key} = r.stator_lkey"
         source = d.key_rows(f"r{i}", table, pk, f"state_next{picked}", where, order)
         branches.append(
@@ -68,28 +69,26 @@ def limited_claim_sql(
     )
 
 
-def _room_ctes(t: TrackedModel, i: int, state: State, extra: str) -> list[str]:
-    """``r{i}``: each key of ``state`` with due rows and its room (one row, for a limit
+def _room_ctes(t: TrackedModel, i: int, name: str, limit: Limit, extra: str) -> list[str]:
+    """``r{i}``: each key of state ``name`` with due rows and its room (one row, for a limit
     without a key); with a key, ``k{i}`` first: the keys themselves, by skip scan."""
     table, lease = t.quoted_table, t.lease_column
-    running = (f"SELECT count(*) FROM {table} WHERE state = '{state.name}' "
+    most, key = limit
+    running = (f"SELECT count(*) FROM {table} WHERE state = '{name}' "
                f"AND state_next > :now AND {lease} = state_next")
-    key = t.limit_keys.get(state.name)
     if key is None:
-        return [f"r{i} AS (SELECT 1 AS stator_lkey, {state.max_running} - ({running}) "
-                f"AS stator_room)"]
-    due = f"state = '{state.name}' AND state_next IS NOT NULL AND state_next <= :now{extra}"
+        return [f"r{i} AS (SELECT 1 AS stator_lkey, {most} - ({running}) AS stator_room)"]
+    due = f"state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra}"
     keys = (
         f"k{i}(stator_k) AS (SELECT min({key}) FROM {table} WHERE {due} "
         f"UNION ALL SELECT (SELECT min({key}) FROM {table} WHERE {due} "
         f"AND {key} > k{i}.stator_k) FROM k{i} WHERE k{i}.stator_k IS NOT NULL)"
     )
-    limit = state.max_running
-    if isinstance(limit, dict):
-        whens = " ".join(f"WHEN {_literal(v)} THEN {n}" for v, n in limit.items())
+    if isinstance(most, Mapping):
+        whens = " ".join(f"WHEN {_literal(v)} THEN {int(n)}" for v, n in most.items())
         cap = f"CASE k{i}.stator_k {whens} END"
     else:
-        cap = str(limit)
+        cap = str(int(most))
     # A value a mapping does not list has no limit: its room is the whole claim's.
     room = (f"SELECT k{i}.stator_k AS stator_lkey, COALESCE({cap} - ({running} "
             f"AND {key} = k{i}.stator_k), :limit) AS stator_room "

@@ -3,7 +3,7 @@ declares, with its statements (``_statements.py``) built once per model and dial
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Table, inspect
 from sqlalchemy.engine import Dialect
 
 from .._graph import StateGraph
+from .._limits import Limit, limit_problems
 from ..errors import ConfigError
 from ._dialects import SqlDialect
 from ._statements import Statements, build_statements
@@ -57,13 +58,15 @@ class TrackedModel:
     # NULL), in the claim's own statement (quoted).  The django.tasks backend's
     # ``started_at`` and ``last_attempted_at``: a RUNNING task has both, at no extra write.
     claim_stamps: dict[str, str] = field(default_factory=dict)
-    # Per state with ``State(limit_key=…)``: the key's column, quoted (``_limit_statements``).
-    limit_keys: dict[str, str] = field(default_factory=dict)
+    # Per state with a concurrency limit: (``max_running``, its key column quoted, or None),
+    # from the graph's ``State(max_running=…)`` and the model's ``stator_claim_limits``
+    # (``_limit_statements``).
+    limits: dict[str, Limit] = field(default_factory=dict)
 
     @property
     def limited(self) -> bool:
-        """Some state of the graph has ``max_running``: the claim counts running rows."""
-        return any(s.limited for s in self.graph.scheduled_states())
+        """Some state has a concurrency limit: the claim counts running rows first."""
+        return bool(self.limits)
 
     @classmethod
     def build(cls, model: type, dialect: SqlDialect, sa_dialect: Dialect) -> TrackedModel:
@@ -80,10 +83,11 @@ class TrackedModel:
     @classmethod
     def from_table(
         cls, model: type, table: Table, pk_attr: str, dialect: SqlDialect, sa_dialect: Dialect,
-        where: str | None = None,
+        where: str | None = None, limits: Mapping[str, Limit] | None = None,
     ) -> TrackedModel:
         """From a table's description, whatever declared it (a SQLAlchemy mapping, or a
-        Django model's fields: see ``_django.py``)."""
+        Django model's fields: see ``_django.py``).  ``limits``: concurrency limits by state
+        name, over the graph's own (the Django task backend's ``QUEUE_LIMITS``)."""
         graph = getattr(model, "state_graph", None)
         if not (isinstance(graph, type) and issubclass(graph, StateGraph)):
             raise ConfigError(f"{model.__name__}: set state_graph on the model")
@@ -111,7 +115,7 @@ class TrackedModel:
                     f"{model.__name__}.stator_claim_stamps: {column!r}: {when!r} must name a "
                     f"column of {table.name} and say 'first' or 'each'"
                 )
-        limit_keys = _limit_keys(model, graph, table, lease_column)
+        declared = _declared_limits(model, graph, table, lease_column, limits or {})
         tracked = cls(
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
@@ -125,7 +129,8 @@ class TrackedModel:
             failure_extra=getattr(model, "stator_failure_extra", None),
             lease_column=None if lease_column is None else quote.quote(lease_column),
             claim_stamps={quote.quote(c): when for c, when in stamps.items()},
-            limit_keys={name: quote.quote(c) for name, c in limit_keys.items()},
+            limits={name: (most, None if key is None else quote.quote(key))
+                    for name, (most, key) in declared.items()},
         )
         tracked.sql = build_statements(tracked, dialect)
         return tracked
@@ -140,29 +145,34 @@ class TrackedModel:
         return sorted(rows, key=lambda pair: -getattr(pair[0], attr))
 
 
-def _limit_keys(
-    model: type, graph: type[StateGraph], table: Table, lease_column: str | None
-) -> dict[str, str]:
-    """The key column of each state with ``limit_key``, checked against the table.  A limit
-    needs the model's lease column: it is how a claim tells a running row (its
-    ``state_next`` still the lease it was given) from one merely due later."""
-    limited = [s for s in graph.states.values() if s.limited]
-    if limited and lease_column is None:
-        raise ConfigError(
-            f"{model.__name__}: state {limited[0].name} has max_running, which needs a lease "
-            f"column: add a nullable time column (UTCDateTime) and name it in "
-            f"stator_lease_column"
-        )
-    keys: dict[str, str] = {}
-    for state in limited:
-        key = state.limit_key
-        if key is None:
-            continue
-        column = table.c.get(key)
-        if column is None or column.nullable:
+def _declared_limits(
+    model: type, graph: type[StateGraph], table: Table, lease_column: str | None,
+    given: Mapping[str, Limit],
+) -> dict[str, Limit]:
+    """Each limited state's (``max_running``, key column), checked against the table: the
+    graph's, then ``given`` over them.  A limit needs the model's lease column: it is how a
+    claim tells a running row (its ``state_next`` still the lease it was given) from one
+    merely due later."""
+    limits: dict[str, Limit] = {
+        s.name: (s.max_running, s.limit_key) for s in graph.states.values()
+        if s.max_running is not None
+    }
+    limits.update(given)
+    for name, (most, key) in limits.items():
+        where = f"{model.__name__}: the limit of {graph.__name__}.{name}"
+        state = graph.states.get(name)
+        if state is None:
+            raise ConfigError(f"{where}: {graph.__name__} has no such state")
+        for problem in limit_problems(most, key, state.automatic):
+            raise ConfigError(f"{where}: {problem}")
+        if lease_column is None:
             raise ConfigError(
-                f"{model.__name__}: {graph.__name__}.{state.name} has limit_key={key!r}, "
-                f"which must name a NOT NULL column of {table.name}"
+                f"{where} (max_running) needs a lease column: add a nullable time column "
+                f"(UTCDateTime) and name it in stator_lease_column"
             )
-        keys[state.name] = key
-    return keys
+        column = None if key is None else table.c.get(key)
+        if key is not None and (column is None or column.nullable):
+            raise ConfigError(
+                f"{where}: limit_key={key!r} must name a NOT NULL column of {table.name}"
+            )
+    return limits

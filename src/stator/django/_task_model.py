@@ -36,6 +36,7 @@ from ._task_options import (
     DEFAULT_RETRY_AFTER,
     DEFAULT_TIMEOUT,
     option,
+    queue_limits,
     stator_backends,
 )
 from .fields import StatorDateTimeField
@@ -119,6 +120,13 @@ class StatorTask(StatorModel):
     # The claim that starts an attempt stamps it: a RUNNING task has its start times.
     stator_claim_stamps = {"started_at": "first", "last_attempted_at": "each"}
 
+    @classmethod
+    def stator_claim_limits(cls) -> dict[str, tuple[dict[str, int], str]]:
+        """``OPTIONS["QUEUE_LIMITS"]``: at most N ready tasks of a queue held at once (the
+        claim counts them by the lease in ``leased_until``); other queues unlimited."""
+        limits = queue_limits()
+        return {"ready": (limits, "queue_name")} if limits else {}
+
     class Meta:
         app_label = "stator"
         db_table = "stator_tasks"
@@ -126,6 +134,12 @@ class StatorTask(StatorModel):
         indexes = [
             models.Index(
                 fields=["state", "-priority", "state_next"], name="stator_tasks_claim",
+                condition=models.Q(state_next__isnull=False),
+            ),
+            # A claim under QUEUE_LIMITS finds each queue's due tasks by this index: one
+            # probe per queue, however many tasks wait (``_limit_statements``).
+            models.Index(
+                fields=["state", "queue_name", "state_next"], name="stator_tasks_queue",
                 condition=models.Q(state_next__isnull=False),
             ),
         ]

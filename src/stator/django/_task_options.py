@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 BACKEND_PATH = "stator.django.tasks.StatorBackend"
 DEFAULT_KEEP_RESULTS = 7 * 24 * 3600.0
@@ -49,3 +50,25 @@ def option(name: str, default: float, *, none_is_forever: bool = False) -> float
     if any(v is None for v in values):
         return None
     return max(v for v in values if v is not None)
+
+
+def queue_limits() -> dict[str, int]:
+    """``OPTIONS["QUEUE_LIMITS"]`` of every Stator task backend, merged: at most this many
+    tasks of a queue running at once, across every worker.  Read when a worker starts (not
+    when the graph is made), so a limit can change with a restart.  Two backends naming one
+    queue: the smaller limit holds, since both share the one table."""
+    limits: dict[str, int] = {}
+    for backend in stator_backends():
+        given = (backend.get("OPTIONS") or {}).get("QUEUE_LIMITS") or {}
+        if not isinstance(given, dict):
+            raise ImproperlyConfigured(
+                f'TASKS OPTIONS["QUEUE_LIMITS"] must map queue names to numbers (got {given!r})'
+            )
+        for queue, most in given.items():
+            if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+                raise ImproperlyConfigured(
+                    f'TASKS OPTIONS["QUEUE_LIMITS"][{queue!r}] must be an int >= 1 '
+                    f"(got {most!r})"
+                )
+            limits[str(queue)] = min(most, limits.get(str(queue), most))
+    return limits
