@@ -1,5 +1,6 @@
 """The timing rules, as pure functions: claimed row + outcome + now -> the row's next columns."""
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -262,3 +263,21 @@ def test_a_terminal_state_may_move_nowhere():
     problem = check_target(Jobs, "done", "running")
     assert isinstance(problem, str)
     assert "may only move to nothing" in problem
+
+
+def test_a_decided_failure_is_recorded_but_follows_the_handlers_decision() -> None:
+    """The task backend's failures: logged and counted as failures (``write.failure``), with
+    the handler's own attempt number, but the stay or move is the handler's, and the
+    engine's failure count (which ``max_attempts`` counts) is left as it was."""
+    row = Claimed(pk=7, state="running", state_changed=T0, lease_until=T0 + seconds(60),
+                  attempts=2)
+    failed = Failed("error", "ValueError: no stock", "Traceback ...")
+    stay = after_run(Jobs, row, dataclasses.replace(failed, then=Stayed(5), attempt=4), T0)
+    assert (stay.state, stay.state_next, stay.attempts) == ("running", T0 + seconds(5), 2)
+    assert stay.failure is not None and stay.attempt == 4 and stay.failed_at == T0
+    move = after_run(Jobs, row, dataclasses.replace(failed, then=Moved(Jobs.done), attempt=5),
+                     T0)
+    assert (move.state, move.moved, move.attempt) == ("done", True, 5)
+    assert move.failure is not None
+    # Without a decision, the third failure is the state's last (max_attempts=3).
+    assert after_run(Jobs, row, failed, T0).state == "failed"

@@ -20,7 +20,7 @@ from typing import Any
 from . import _policy
 from ._clock import Clock, handlers_see
 from ._outage import is_transient
-from ._policy import Claimed, Failed, Moved, Outcome, Stayed, Write
+from ._policy import Claimed, DecidedFailure, Failed, Moved, Outcome, Stayed, Write
 from ._store import TrackedModel
 from ._store.interface import Driver, HandlerScope, HandlerScopes
 from .errors import TryAgainLater
@@ -128,6 +128,10 @@ class Executor:
             return self._interpret(task, returned)
         except TryAgainLater as signal:
             return Stayed(signal.delay)
+        except DecidedFailure as decided:
+            task.error = decided.__cause__ or decided
+            return dataclasses.replace(_failure("error", task.error), then=decided.then,
+                                       attempt=decided.attempt)
         except Exception as exc:
             task.error = exc
             return _failure("error", exc)
@@ -151,7 +155,8 @@ class Executor:
                 task.tracked.graph, task.claimed, outcome, self.clock.now(), extra
             )
             if isinstance(outcome, Failed):
-                task.write = self._noted(task, write)
+                # A decided failure's handler left its own record (``stator_extra``).
+                task.write = self._noted(task, write) if outcome.then is None else write
                 return
             if not scope.wrote():
                 task.write = write

@@ -7,6 +7,7 @@ up on.  The store only executes the ``Write`` values produced here.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,9 +50,26 @@ class Failed:
     kind: FailureKind
     message: str
     traceback: str = ""
+    # What the handler decided follows its failure (``DecidedFailure``), instead of the
+    # state's retry rule; ``attempt`` is then the handler's own count of attempts.
+    then: Moved | Stayed | None = None
+    attempt: int = 0
 
 
 Outcome = Moved | Stayed | Failed
+
+
+class DecidedFailure(Exception):
+    """Raised (``from`` the error) by a handler that keeps its own count of attempts, as the
+    task backend does: this attempt failed, and ``then`` is what follows (a move, or a stay
+    of ``then.delay`` seconds).  The engine records, counts and logs it as any failure, but
+    applies ``then`` rather than the state's retry rule, and leaves ``state_attempts`` (the
+    engine's own failures, which ``max_attempts`` counts) as they are."""
+
+    def __init__(self, then: Moved | Stayed, attempt: int) -> None:
+        super().__init__(then, attempt)
+        self.then = then
+        self.attempt = attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +163,26 @@ def after_run(
         # "Not yet" is neither progress nor failure: the failure count is kept, so a handler
         # alternating failures and "not yet" still reaches max_attempts.
         return _stay(state, row, now + timedelta(seconds=delay), row.attempts, extra=extra)
+    if outcome.then is not None:
+        return _decided(state, row, outcome, outcome.then, now, extra)
     failures = row.attempts + 1
     if state.max_attempts is not None and failures >= state.max_attempts:
         assert state.exhausted_to is not None  # guaranteed by graph validation
         return move(row, state.exhausted_to, now, failure=outcome, extra=extra)
     retry_at = now + timedelta(seconds=backoff_delay(state, failures, row.pk))
     return _stay(state, row, retry_at, failures, outcome, now, extra)
+
+
+def _decided(
+    state: State, row: Claimed, failure: Failed, then: Moved | Stayed, now: datetime, extra: Any,
+) -> Write:
+    if isinstance(then, Moved):
+        write = move(row, then.target, now, failure=failure, extra=extra)
+    else:
+        delay = state.retry_after if then.delay is None else then.delay
+        write = _stay(state, row, now + timedelta(seconds=delay), row.attempts, failure, now,
+                      extra)
+    return dataclasses.replace(write, attempt=failure.attempt or write.attempt or 1)
 
 
 def _stay(

@@ -167,7 +167,8 @@ class Stator:
                     failure = task.write.failure
                     if failure is not None:
                         report.errors += 1
-                        if first_error is None:
+                        # A failure its handler decided about is an outcome, not raised.
+                        if first_error is None and failure.then is None:
                             first_error = task.error or TransitionError(failure.message)
                 elif task.committed is not None:
                     report.transitions += task.committed.moved

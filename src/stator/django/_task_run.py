@@ -18,7 +18,7 @@ import dataclasses
 import os
 import socket
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.conf import settings
 from django.db import connections
@@ -31,9 +31,8 @@ from django.utils.json import normalize_json
 from .. import _backoff
 from .._clock import handler_now
 from .._graph import State
-from .._policy import Write
+from .._policy import DecidedFailure, Moved, Stayed, Write
 from .._store._writes import writes
-from ..errors import TryAgainLater
 from ._task_options import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from .tasks import (
     StatorBackend,
@@ -54,8 +53,8 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"[-64:]
 
 
 def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
-    """Run ``row``'s task once and record the attempt on the row; the next state, or
-    ``TryAgainLater`` to wait (with backoff) for the next attempt.
+    """Run ``row``'s task once and record the attempt on the row; the next state, or (the
+    task raised) ``DecidedFailure``: wait (with backoff) for the next attempt, or FAILED.
 
     A task that cannot start (``_unable_to_start``), or that raises a ``BaseException``
     beyond ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``...), is
@@ -77,22 +76,37 @@ def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
         return _unable_to_start(row, graph, result, reason)
     task_started.send(StatorBackend, task_result=result)
     using = row._state.db or "default"
+    error: BaseException | None = None
     try:
         with _UndoableWrites(using):
             value = _call(result)
-    except Exception as exc:  # the task's failure is recorded; the worker carries on
-        row.errors = [*row.errors, task_error(exc)]
-        if len(row.worker_ids) < row.max_attempts:
-            _save(row, result, None)
-            raise TryAgainLater(_retry_delay(row)) from exc
-        return _failed(row, graph, result)
-    except BaseException as exc:  # not retried (see above); the thread carries on
-        row.errors = [*row.errors, task_error(exc)]
-        return _failed(row, graph, result)
+    except BaseException as exc:  # the task's failure is recorded; the worker carries on
+        error = exc
+    if error is not None:  # out of the ``except``: see ``_attempt_failed``
+        _attempt_failed(row, graph, result, error)
     row.return_value = value
     row.finished_at = _finish_time(row)
     _save(row, result, TaskResultStatus.SUCCESSFUL)
     return graph.successful
+
+
+def _attempt_failed(
+    row: StatorTask, graph: type[TaskStates], result: TaskResult, exc: BaseException
+) -> NoReturn:
+    """Record a failed attempt and hand it to the engine as a failure (``DecidedFailure``):
+    it is logged once (one WARNING, by the worker), recorded with Stator's errors and counted
+    in ``stator status``, while the task's own ``max_attempts`` and backoff decide what
+    follows.  An ``Exception`` is retried while attempts are left; any other
+    ``BaseException`` fails the task at once.  Called outside the ``except`` block on
+    purpose: Django's own ``task_finished`` receiver then logs its one line without the
+    traceback, which the worker's line already shows."""
+    row.errors = [*row.errors, task_error(exc)]
+    attempt = len(row.worker_ids)
+    if isinstance(exc, Exception) and attempt < row.max_attempts:
+        _save(row, result, None)
+        raise DecidedFailure(Stayed(_retry_delay(row)), attempt) from exc
+    _failed(row, graph, result)
+    raise DecidedFailure(Moved(graph.failed), attempt) from exc
 
 
 def _failed(row: StatorTask, graph: type[TaskStates], result: TaskResult) -> State:
