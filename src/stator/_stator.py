@@ -22,6 +22,7 @@ from ._graph import State, role
 from ._policy import Write
 from ._store import StateCount, Store, TrackedModel
 from ._store._engine import create_engine_for
+from ._store._limit_usage import StateLimit, limit_usage
 from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
@@ -297,6 +298,7 @@ class Stator:
         now = self.clock.now()
         counts = self.store.state_counts(now)
         stats = {s.model: s.as_row() for s in self.store.recent_stats(now - RECENT)}
+        usage = limit_usage(self.store, now)
         models: list[dict[str, Any]] = []
         for tracked in self.store.tracked:
             graph = tracked.graph
@@ -307,6 +309,7 @@ class Stator:
             models.append({
                 "model": tracked.name, "graph": graph.__name__, "states": states,
                 "recent": stats.get(tracked.name, {}),
+                "limits": [_limit_row(u) for u in usage if u.model == tracked.name],
             })
         names = [t.name for t in self.store.tracked]  # this app's, not the database's
         workers = [
@@ -337,6 +340,17 @@ def _state_row(c: StateCount, now: datetime) -> dict[str, Any]:
         "state": c.state, "rows": c.rows, "due": c.due, "failing": c.failing,
         "oldest_due_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
         "known": c.known, "estimated": c.estimated,
+    }
+
+
+def _limit_row(u: StateLimit) -> dict[str, Any]:
+    """A limited state in the status report: running rows, and the limit they count against
+    (of the whole state, or of each of its busiest keys)."""
+    usages = [u.whole] if u.whole is not None else list(u.keys)
+    return {
+        "state": u.state, "key_column": u.key_column, "running": u.running,
+        "saturation": round(u.saturation, 3),
+        "keys": [{"key": k.key, "running": k.running, "limit": k.limit} for k in usages],
     }
 
 

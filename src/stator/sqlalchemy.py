@@ -67,6 +67,16 @@ class StatorMixin:
                 index_name, table.c.state, table.c.state_next,
                 sqlite_where=text(CLAIM_INDEX_WHERE), postgresql_where=text(CLAIM_INDEX_WHERE),
             )
+        # A limit per key: the claim probes each key's due rows by this index (one probe per
+        # key, however many rows wait: ``_limit_statements``).
+        for key in {s.limit_key for s in _graph_of(cls).states.values() if s.limit_key}:
+            name = f"ix_{table.name}_stator_{key}"
+            if key in table.c and not any(ix.name == name for ix in table.indexes):
+                Index(
+                    name, table.c.state, table.c[key], table.c.state_next,
+                    sqlite_where=text(CLAIM_INDEX_WHERE),
+                    postgresql_where=text(CLAIM_INDEX_WHERE),
+                )
 
     def transition_perform(self, to: State | str, *, clock: Clock | None = None) -> None:
         """Move this row to ``to`` now, inside the caller's own session and transaction.

@@ -1,7 +1,7 @@
 """What the dashboard, ``/metrics`` and ``stator status`` read, in one import: the counts
-(``_counts``), rows page by page (``_row_pages``), the checks on values from outside
-(``_outside_values``), and here the error groups, pauses and the action log.  The actions
-are ``_operator_actions``'s.
+(``_counts``), how full the concurrency limits are (``_limit_usage``), rows page by page
+(``_row_pages``), the checks on values from outside (``_outside_values``), and here the error
+groups, pauses and the action log.  The actions are ``_operator_actions``'s.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ._counts import (
     state_counts,
     throughput,
 )
+from ._limit_usage import LimitUsage, StateLimit, limit_usage
 from ._outside_values import parse_pk, parse_time, storable_text
 from ._records import EdgeCount
 from ._row_pages import CURSOR_NEXT, PAGE_SIZE, RowPage, get_row, list_rows, row_errors
@@ -102,12 +103,15 @@ __all__ = [
     "OTHER_STATES",
     "PAGE_SIZE",
     "UNKNOWN_CAP",
+    "LimitUsage",
     "RowPage",
+    "StateLimit",
     "edge_rates",
     "edge_rows",
     "error_groups",
     "exception_of",
     "get_row",
+    "limit_usage",
     "list_rows",
     "live_workers",
     "parse_pk",

@@ -54,6 +54,10 @@ def _print_status(report: dict[str, Any]) -> None:
                 f"{recent['timeouts']} timeouts, max lag {recent['max_lag']:.1f}s",
                 highlight=False,
             )
+    for model in report["models"]:
+        for limit in model.get("limits", []):
+            out.print(f"{model['model']}.{limit['state']}: {_limit_text(limit)}",
+                      highlight=False)
     live = [w for w in report["workers"] if w["alive"]]
     out.print(f"workers alive: {len(live)}", highlight=False)
     for w in live:
@@ -65,3 +69,15 @@ def _print_status(report: dict[str, Any]) -> None:
             out.print(f"  {e['created_at']} {e['model']} {e['row_pk']} in {e['state']} "
                       f"(attempt {e['attempt']}, {e['kind']}): {e['message']}", highlight=False)
 
+
+
+def _limit_text(limit: dict[str, Any]) -> str:
+    """``3/4 running`` for a limit on a state; per key, the busiest keys' ``key 2/2``."""
+    def of(k: dict[str, Any]) -> str:
+        return f"{k['running']}/{k['limit'] if k['limit'] is not None else '∞'}"
+
+    if limit["key_column"] is None:
+        return f"{of(limit['keys'][0])} running"
+    busiest = ", ".join(f"{k['key']} {of(k)}" for k in limit["keys"]) or "none"
+    return (f"{limit['running']} running, limit per {limit['key_column']}; "
+            f"busiest: {busiest}")

@@ -51,3 +51,21 @@ class DatabaseCollector(Collector):
         for t in store.tracked:
             paused.add_metric([t.name], 1.0 if t.name in stopped else 0.0)
         yield from (rows, due, oldest, failing, estimated, workers, paused)
+        yield from _limit_metrics(_dashboard.limit_usage(store, now))
+
+
+def _limit_metrics(limits: list[_dashboard.StateLimit]) -> Iterator[Metric]:
+    """Per limited state: rows running (held under a lease) and how full its fullest limit
+    is (the whole state's, or its busiest key's: 1.0 is at the limit)."""
+    labels = ["model", "state"]
+    running = GaugeMetricFamily(
+        "stator_running_rows", "Rows held by workers, per state with a concurrency limit.",
+        labels=labels)
+    saturation = GaugeMetricFamily(
+        "stator_limit_saturation",
+        "Running / max_running of the fullest limit of a state (its busiest key's).",
+        labels=labels)
+    for limit in limits:
+        running.add_metric([limit.model, limit.state], limit.running)
+        saturation.add_metric([limit.model, limit.state], limit.saturation)
+    yield from (running, saturation)

@@ -146,6 +146,7 @@ def _overview(d: Dashboard) -> dict[str, Any]:
     counts = _dashboard.state_counts(store, now)
     speed = _dashboard.throughput(store, now)
     paused = _dashboard.paused_info(store)
+    limits = _dashboard.limit_usage(store, now)
     models = []
     for t in store.tracked:
         mine = {c.state: c for c in counts if c.model == t.name}
@@ -164,7 +165,8 @@ def _overview(d: Dashboard) -> dict[str, Any]:
                 "other": name == _dashboard.OTHER_STATES,
             })
         models.append({"model": t.name, "graph": t.graph.__name__, "states": states,
-                       "throughput": speed.get(t.name, []), "paused": paused.get(t.name)})
+                       "throughput": speed.get(t.name, []), "paused": paused.get(t.name),
+                       "limits": [u for u in limits if u.model == t.name]})
     return {
         "now": now, "models_info": models,
         "workers": _dashboard.live_workers(store, now, LIVE_AFTER),
