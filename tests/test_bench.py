@@ -33,6 +33,7 @@ EXPECTED = {
                "growth_mb", "flat", "rss_series"},
     "fanout": {"parents", "children_per_parent", "complete", "parents_per_second",
                "rows_created_per_second", "rows_processed_per_second"},
+    "limits": {"graph", "measure", "rows", "keys", "limit"},
     "django": {"rows", "concurrency", "django_transitions_per_second",
                "sqlalchemy_transitions_per_second", "django_to_sqlalchemy",
                "django_worker_cpu_s_per_1000", "complete"},
@@ -84,6 +85,7 @@ def test_every_scenario_runs_and_reports(bench_db: str | None) -> None:
     check_idle(found["idle"][0], postgres=bench_db is not None)
     check_memory(found["memory"][0])
     check_fanout(found["fanout"][0])
+    check_limits(found["limits"])
     check_django(found["django"][0])
     if bench_db:
         assert bench_databases(bench_db) == before  # every throwaway database dropped
@@ -153,6 +155,17 @@ def check_fanout(line: dict[str, Any]) -> None:
     assert line["children_per_parent"] == Sizes.tiny().fanout_children
     assert line["rows_created_per_second"] > 0
     assert line["rows_processed_per_second"] > line["rows_created_per_second"]
+
+
+def check_limits(lines: list[dict[str, Any]]) -> None:
+    """The same graph with and without a limit per key, throughput and claim cost each."""
+    shapes = {(line["graph"], line["measure"]) for line in lines}
+    assert shapes == {(g, m) for g in ("unlimited", "limited") for m in ("throughput", "claim")}
+    for line in lines:
+        if line["measure"] == "throughput":
+            assert line["complete"] and line["transitions_per_second"] > 0
+        else:
+            assert 0 < line["claimed"] <= line["rows"] and line["claim_ms"] > 0
 
 
 def test_cli_prints_json_lines_and_tables(tmp_path: Any) -> None:

@@ -115,3 +115,7 @@ def _graph_of(cls: Any) -> type[StateGraph]:
     if not (isinstance(graph, type) and issubclass(graph, StateGraph)):
         raise GraphError(f"{cls.__name__}: set state_graph = <a StateGraph subclass> on the model")
     return graph
+
+
+# UTCDateTime: the column type of Stator's times, for a model's own (a lease column).
+__all__ = ["CLAIM_INDEX_WHERE", "STATOR_COLUMNS", "StatorMixin", "UTCDateTime"]

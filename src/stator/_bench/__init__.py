@@ -4,7 +4,8 @@ Scenarios (one module each): ``throughput`` (1, 2, 4… worker processes), ``lim
 claim and write-back SQL with no engine; the engine/limit ratio is the headline figure),
 ``latency`` (commit → handler start), ``scale`` (claim cost in tables of 10k to 10M rows),
 ``idle`` (what a worker with nothing to do costs), ``memory`` (RSS over a million
-transitions), ``fanout`` (handlers that create child rows), ``django`` (the Django store
+transitions), ``fanout`` (handlers that create child rows), ``limits`` (a graph with a
+concurrency limit per key against the same graph without), ``django`` (the Django store
 against the SQLAlchemy store on the same database).
 
 Everything runs in throwaway places: SQLite files in a temporary folder, or on PostgreSQL
@@ -19,7 +20,17 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ..errors import ConfigError
-from . import _django, _fanout, _idle, _latency, _limit, _memory, _scale, _throughput
+from . import (
+    _django,
+    _fanout,
+    _idle,
+    _latency,
+    _limit,
+    _limits,
+    _memory,
+    _scale,
+    _throughput,
+)
 from ._child import BenchError
 from ._common import Context, Result, Sizes
 from ._models import BenchRow, BenchStates
@@ -33,6 +44,7 @@ SCENARIOS: dict[str, Callable[[Context], list[Result]]] = {
     "idle": _idle.run,
     "memory": _memory.run,
     "fanout": _fanout.run,
+    "limits": _limits.run,
     "django": _django.run,
 }
 

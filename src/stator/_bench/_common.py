@@ -34,6 +34,7 @@ class Sizes:
     memory_sample_every: float = 0.5
     fanout_parents: int = 2_000
     fanout_children: int = 10  # K: child rows each parent's handler creates
+    limits_due: tuple[int, ...] = (20_000, 1_000_000)  # limits: due rows a claim is timed in
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -42,6 +43,7 @@ class Sizes:
             rows=2_000, repeats=1, processes=(1, 2), latency_samples=30,
             scale_sizes=(10_000, 100_000), scale_due=2_000, idle_seconds=5.0,
             memory_transitions=30_000, memory_sample_every=0.1, fanout_parents=200,
+            limits_due=(2_000, 100_000),
         )
 
     @classmethod
@@ -51,7 +53,7 @@ class Sizes:
             rows=200, repeats=1, processes=(1,), limit_batches=(100,), latency_samples=5,
             latency_gap=(0.005, 0.01), scale_sizes=(1_000, 3_000), scale_due=200,
             idle_seconds=1.0, memory_transitions=600, memory_sample_every=0.05,
-            fanout_parents=20, fanout_children=3,
+            fanout_parents=20, fanout_children=3, limits_due=(1_000,),
         )
 
     def with_rows(self, rows: int | None) -> Sizes:

@@ -7,12 +7,14 @@ dispatching, writing back) and the database, not application code.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, Integer
+from sqlalchemy import Float, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from .._graph import State, StateGraph
+from .._types import UTCDateTime
 from ..sqlalchemy import StatorMixin
 
 
@@ -128,7 +130,56 @@ class FanChild(StatorMixin, _Base):
     parent_id: Mapped[int] = mapped_column(Integer)
 
 
+class DeliveryStates(StateGraph):
+    """One no-op delivery per row (the ``limits`` scenario's graph without a limit)."""
+
+    send = State(timeout=30)
+    done = State()
+
+    send.transitions_to(done)
+
+    @classmethod
+    def check_send(cls, row: Any) -> State:
+        return cls.done
+
+
+DOMAIN_LIMIT = 2
+
+
+class LimitedDeliveryStates(StateGraph):
+    """The same delivery, at most ``DOMAIN_LIMIT`` at once per domain."""
+
+    send = State(timeout=30, max_running=DOMAIN_LIMIT, limit_key="domain")
+    done = State()
+
+    send.transitions_to(done)
+
+    @classmethod
+    def check_send(cls, row: Any) -> State:
+        return cls.done
+
+
+class Delivery(StatorMixin, _Base):
+    __tablename__ = "stator_bench_deliveries"
+    state_graph = DeliveryStates
+    stator_lease_column = "leased_until"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    domain: Mapped[str] = mapped_column(String(50))
+    leased_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class LimitedDelivery(StatorMixin, _Base):
+    __tablename__ = "stator_bench_limited_deliveries"
+    state_graph = LimitedDeliveryStates
+    stator_lease_column = "leased_until"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    domain: Mapped[str] = mapped_column(String(50))
+    leased_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 MODELS: dict[str, type] = {
+    "Delivery": Delivery,
+    "LimitedDelivery": LimitedDelivery,
     "BenchRow": BenchRow,
     "LatencyRow": LatencyRow,
     "FanParent": FanParent,

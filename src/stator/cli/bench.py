@@ -19,7 +19,7 @@ from ._app import split_names
               "per scenario, dropped afterwards); default: throwaway SQLite files.")
 @click.option("--scenario", "scenarios", multiple=True, metavar="NAME",
               help="Run only this scenario (repeat or comma-separate; default: all of "
-              "throughput, limit, latency, scale, idle, memory, fanout).")
+              "throughput, limit, latency, scale, idle, memory, fanout, limits, django).")
 @click.option("--quick", is_flag=True, help="Small sizes (a few minutes): for CI and a first look.")
 @click.option("--rows", type=click.IntRange(min=1), default=None,
               help="Rows through the graph in throughput and limit [default: 20000; quick: 2000].")
@@ -69,7 +69,7 @@ def _process_counts(value: str | None) -> tuple[int, ...] | None:
 
 
 BENCH_LABELS = {"throughput": "processes", "limit": "batch_size", "latency": "mode",
-                "scale": "table_rows"}
+                "scale": "table_rows", "limits": "graph"}
 
 
 def _bench_table(lines: list[dict[str, Any]]) -> Table:
@@ -84,9 +84,12 @@ def _bench_table(lines: list[dict[str, Any]]) -> Table:
         heading = f"{label.replace('_', ' ')} {_bench_cell(line[label])}" if label else scenario
         if "loop" in line:  # limit: the minimal loop or Stator's own statements
             heading = f"{line['loop']}, {heading}"
+        if "measure" in line:  # limits: throughput, or one claim's cost
+            heading = f"{line['measure']}, {heading}"
         table.add_column(heading, justify="right")
-    skip = {"scenario", "backend", "loop", label}
-    keys = [k for k in lines[0] if k not in skip and not isinstance(lines[0][k], list)]
+    skip = {"scenario", "backend", "loop", "measure", label}
+    keys = [k for k in dict.fromkeys(k for line in lines for k in line)  # every line's figures
+            if k not in skip and not any(isinstance(line.get(k), list) for line in lines)]
     for key in keys:
         table.add_row(key.replace("_", " "), *(_bench_cell(line.get(key)) for line in lines))
     return table
