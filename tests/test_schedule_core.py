@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from stator._schedule import (
     COUNT_LIMIT,
     ON_TIME,
+    Plan,
     Schedule,
     from_definition,
     next_tick,
@@ -244,3 +245,13 @@ def test_bad_definitions_say_what_is_wrong(raw: dict[str, object], says: str) ->
     with pytest.raises(ConfigError, match="schedule 'x'") as caught:
         parse("x", raw)
     assert says in str(caught.value)
+
+
+@pytest.mark.parametrize("schedule", [cron("0 3 * * *"), every(3600)], ids=["cron", "every"])
+def test_a_row_claimed_before_its_tick_fires_nothing(schedule: Schedule) -> None:
+    """A row can be claimed early (handed back, run by an operator's "run now" elsewhere, a
+    clock a little ahead): its tick still waits for its time."""
+    tick = datetime(2026, 1, 2, 3, tzinfo=UTC)
+    for early in (timedelta(seconds=1), timedelta(minutes=59)):
+        assert plan(schedule, tick, tick - early) == Plan((), 0, tick)
+    assert plan(schedule, tick, tick).fire == (tick,)

@@ -20,6 +20,8 @@ from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
+from ._schedule import Schedule
+from ._schedules import parse_for_models, sync, with_schedule_model
 from ._store import StateCount, Store, TrackedModel
 from ._store._engine import create_engine_for
 from ._store._limit_usage import StateLimit, limit_usage
@@ -64,6 +66,7 @@ class Stator:
         concurrency: int = 4,
         batch_size: int = 100,
         listen_url: str | None = None,
+        schedules: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         if not models:
             raise ConfigError("Stator needs at least one model")
@@ -78,9 +81,12 @@ class Stator:
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
+        self.declared, self.schedules = schedules, parse_for_models(schedules, self.models)
+        self._synced = False
+        run = with_schedule_model(self.models, self.schedules)
         self.engine = db if isinstance(db, Engine) else create_engine_for(db, concurrency)
         try:
-            self.store: Driver = Store(self.engine, self.models, clock=self.clock)
+            self.store: Driver = Store(self.engine, run, clock=self.clock)
         except BaseException:
             if not isinstance(db, Engine):  # ours: no connection of it outlives the refusal
                 self.engine.dispose()
@@ -90,10 +96,13 @@ class Stator:
     def _over_store(
         cls, store: Driver, models: Sequence[type], *, clock: Clock | None = None,
         concurrency: int = 4, batch_size: int = 100, listen_url: str | None = None,
+        schedules: list[Schedule] | None = None,
     ) -> Stator:
-        """A Stator over a store built elsewhere (the Django integration's)."""
+        """A Stator over a store built elsewhere (the Django integration's), with its
+        schedules already checked (None: it does not manage schedules)."""
         self = cls.__new__(cls)
         self.models = list(models)
+        self.declared, self.schedules, self._synced = None, schedules, False
         self.clock = clock or store.clock
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -111,7 +120,7 @@ class Stator:
         """The same models and settings bound to another database."""
         return Stator(
             db, self.models, clock=self.clock, concurrency=self.concurrency,
-            batch_size=self.batch_size,
+            batch_size=self.batch_size, schedules=self.declared,
         )
 
     def dispose(self) -> None:
@@ -148,6 +157,7 @@ class Stator:
         its row like in a worker, then raised here (unless ``raise_errors`` is false, as for
         Django's in-request runner).
         """
+        self._synced or self.sync_schedules()
         executor = Executor(self.store, self.clock)
         report = CycleReport()
         first_error: BaseException | None = None
@@ -243,7 +253,14 @@ class Stator:
                     f"listen_url is not a database URL: {shown(self.listen_url)!r}"
                 ) from exc
         self.check()
+        self.sync_schedules()
         return Worker(self.store, self.clock, self._select(models, exclude), options)
+
+    def sync_schedules(self) -> list[str]:
+        """Make ``stator_schedules`` follow the declared schedules (a worker does as it starts;
+        with none declared the table is left alone); returns what changed."""
+        self._synced = True
+        return sync(self.engine, self.schedules, self.clock.now())
 
     def run(self, **options: Any) -> RunSummary:
         """Run a worker in this thread until stopped, idle (``until_idle``) or ``run_for``."""

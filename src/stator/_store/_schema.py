@@ -12,6 +12,9 @@ launcher still hears the ``restart`` sent by the uninstalling transaction itself
 Version 3 adds what the dashboard needs: ``stator_paused`` (models whose rows workers must
 not claim), ``stator_actions`` (who did what from the dashboard, and when) and
 ``stator_edge_stats`` (transitions per edge and stats period, for the graph's edge rates).
+
+Version 4 adds ``stator_schedules``: one row per periodic schedule, run by the engine like
+an application's row (its ``state_next`` is its next tick; see ``stator._schedules``).
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from sqlalchemy import (
     text,
 )
 
-from .._types import UTCDateTime
+from .._types import UTCDateTime, utc_now_plus
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -155,6 +158,34 @@ edge_stats_table = Table(
 )
 
 
+# Version 4's table: a metadata of its own, for the same reason.
+schedule_metadata = MetaData()
+
+schedules_table = Table(
+    "stator_schedules",
+    schedule_metadata,
+    Column("name", String(200), primary_key=True),
+    Column("kind", String(16), nullable=False),  # task, insert, move
+    Column("definition", Text, nullable=False),  # JSON: what the row fires (``_schedule``)
+    Column("digest", String(64), nullable=False),  # names the definition
+    Column("next_tick", UTCDateTime(), nullable=True),  # NULL: from the next tick after now
+    Column("last_tick", UTCDateTime(), nullable=True),
+    Column("last_fired_at", UTCDateTime(), nullable=True),
+    Column("last_outcome", Text, nullable=True),
+    Column("fired", Integer, nullable=False, server_default=text("0")),
+    Column("missed", Integer, nullable=False, server_default=text("0")),
+    Column("updated_at", UTCDateTime(), nullable=False),  # the definition's last change
+    # The four Stator columns, as ``StatorMixin`` declares them for ``ScheduleStates``.
+    Column("state", String(100), nullable=False, server_default="active"),
+    Column("state_changed", UTCDateTime(), nullable=False, server_default=utc_now_plus()),
+    Column("state_next", UTCDateTime(), nullable=True, server_default=utc_now_plus()),
+    Column("state_attempts", Integer, nullable=False, server_default=text("0")),
+    Index("ix_stator_schedules_stator_due", "state", "state_next",
+          sqlite_where=text("state_next IS NOT NULL"),
+          postgresql_where=text("state_next IS NOT NULL")),
+)
+
+
 def _v1(conn: Connection) -> None:
     metadata.create_all(conn)
 
@@ -167,7 +198,11 @@ def _v3(conn: Connection) -> None:
     dashboard_metadata.create_all(conn)
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
+def _v4(conn: Connection) -> None:
+    schedule_metadata.create_all(conn)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 
 
 def current_version(conn: Connection) -> int | None:
@@ -206,7 +241,8 @@ def uninstall(conn: Connection) -> list[str]:
     """
     done = []
     insp = inspect(conn)
-    tables = [*metadata.sorted_tables, *dashboard_metadata.sorted_tables]
+    tables = [*metadata.sorted_tables, *dashboard_metadata.sorted_tables,
+              *schedule_metadata.sorted_tables]
     for table in reversed(tables):
         if insp.has_table(table.name):
             table.drop(conn)

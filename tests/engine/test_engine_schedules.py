@@ -1,0 +1,219 @@
+"""Periodic schedules that insert or move rows, on every integration and database: each
+tick fires once, in the transaction that moves the schedule's next tick on, and a worker
+whose lease ran out cannot fire; the schedules follow the code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from app_side import alias_of, load, run_sql
+from sqlalchemy import select, text
+
+from stator import ManualClock, State, StateGraph, Stator
+from stator._execute import Executor
+from stator._schedules import ScheduleStates
+from stator._store._schema import schedules_table
+from stator.django._schedule_model import StatorSchedule
+from stator.errors import ConfigError
+
+START = datetime(2026, 3, 27, 12, 0, 30, tzinfo=UTC)
+
+
+class ReportStates(StateGraph):
+    new = State(externally_progressed=True, force_initial=True)
+    stuck = State(externally_progressed=True)
+    retried = State()
+    new.transitions_to(stuck)
+    stuck.transitions_to(new)
+    new.transitions_to(retried)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+def build(
+    integration: str, build_models: Callable[..., SimpleNamespace],
+    make_stator: Callable[..., Stator], backend: str, clock: ManualClock,
+    schedules: dict[str, dict[str, Any]],
+) -> SimpleNamespace:
+    """The ``reports`` model and a migrated Stator running it with ``schedules`` (whose
+    ``insert``/``move`` are filled in with the model)."""
+    shop = build_models(ReportStates, table="reports")
+    stator = make_stator(backend, [shop.Order], clock)  # makes the table, migrates
+    made = SimpleNamespace(reports=shop.Order, clock=clock, backend=backend, base=stator)
+    made.stator = restator(made, schedules)
+    return made
+
+
+def restator(shop: SimpleNamespace, schedules: dict[str, dict[str, Any]]) -> Stator:
+    """Another Stator over the same tables, declaring ``schedules`` (another deploy)."""
+    model = shop.reports
+    if alias := alias_of(shop.base):
+        from stator._schedule import parse
+        from stator.django._setup import build_stator
+
+        label = model._meta.label_lower
+        checked = [parse(n, _target(raw, label)) for n, raw in schedules.items()]
+        return build_stator(models=[model, StatorSchedule], clock=shop.clock, alias=alias,
+                            schedules=checked)
+    named = {n: _target(raw, model) for n, raw in schedules.items()}
+    return Stator(shop.base.engine, [model], clock=shop.clock, schedules=named)
+
+
+def _target(raw: dict[str, Any], model: Any) -> dict[str, Any]:
+    return {**raw, **{k: model for k in ("insert", "move") if k in raw}}
+
+
+def rows(stator: Stator, model: type) -> list[Any]:
+    if alias := alias_of(stator):
+        return list(model.objects.using(alias).order_by("pk"))
+    from sqlalchemy.orm import Session
+
+    with Session(stator.engine) as session:
+        return list(session.query(model).order_by(text("id")))
+
+
+def schedule_row(stator: Stator, name: str) -> Any:
+    with stator.engine.connect() as conn:
+        return conn.execute(
+            select(schedules_table).where(schedules_table.c.name == name)).one_or_none()
+
+
+def drain(shop: SimpleNamespace) -> None:
+    while shop.stator.run_once().claimed:
+        pass
+
+
+@pytest.fixture
+def hourly(integration, build_models, make_stator, backend, clock) -> SimpleNamespace:
+    return build(integration, build_models, make_stator, backend, clock, {
+        "hourly": {"insert": None, "values": {"note": "hourly"}, "cron": "0 * * * *",
+                   "missed": "all", "max_catch_up": 50},
+    })
+
+
+def test_an_insert_schedule_fires_each_tick_once(hourly: SimpleNamespace) -> None:
+    shop, clock = hourly, hourly.clock
+    drain(shop)
+    assert rows(shop.stator, shop.reports) == []  # the first tick is 13:00
+    row = schedule_row(shop.stator, "hourly")
+    assert (row.state, row.next_tick) == ("active", datetime(2026, 3, 27, 13, tzinfo=UTC))
+    for _ in range(3):
+        clock.advance(3600)
+        drain(shop)
+        drain(shop)  # nothing more to fire until the next tick
+    assert [r.note for r in rows(shop.stator, shop.reports)] == ["hourly"] * 3
+    row = schedule_row(shop.stator, "hourly")
+    assert (row.fired, row.missed) == (3, 0)
+    assert row.last_tick == datetime(2026, 3, 27, 15, tzinfo=UTC)
+    assert row.next_tick == datetime(2026, 3, 27, 16, tzinfo=UTC)
+
+
+def test_downtime_is_caught_up_by_the_policy(hourly: SimpleNamespace) -> None:
+    clock = hourly.clock
+    drain(hourly)
+    clock.advance(5 * 3600)  # down from 12:00 to 17:00: 13, 14, 15, 16, 17 are due
+    drain(hourly)
+    assert len(rows(hourly.stator, hourly.reports)) == 5
+    assert schedule_row(hourly.stator, "hourly").fired == 5
+
+
+def test_a_worker_whose_lease_ran_out_cannot_fire(hourly: SimpleNamespace) -> None:
+    """Worker A claims the due row and stalls past its lease; worker B claims it again and
+    fires.  A's firing (its insert and its next tick) is refused by the fence, as one."""
+    shop, clock = hourly, hourly.clock
+    drain(shop)
+    clock.advance(3600)
+    store = shop.stator.store
+    tracked = next(t for t in store.tracked if t.name == "stator_schedules")
+    [(obj_a, claim_a)] = store.claim(tracked, clock.now(), 10)
+    clock.advance(ScheduleStates.active.lease + 1)
+    drain(shop)  # B: claims after the lease, fires the 13:00 tick
+    executor = Executor(store, clock)
+    task = executor.prepare(tracked, obj_a, claim_a)
+    executor.run_sync(task)  # A wakes up and fires too: refused
+    assert task.lost
+    assert len(rows(shop.stator, shop.reports)) == 1
+    assert schedule_row(shop.stator, "hourly").fired == 1
+
+
+def test_schedules_follow_the_code(
+    integration, build_models, make_stator, backend, clock
+) -> None:
+    shop = build(integration, build_models, make_stator, backend, clock, {
+        "a": {"insert": None, "every": 60}, "b": {"insert": None, "every": 60}})
+    drain(shop)
+    assert schedule_row(shop.stator, "a").state == "active"
+    run_sql(shop.stator, "UPDATE stator_schedules SET fired = 7 WHERE name = 'b'")
+    # The next deploy drops b and changes a's timing.
+    later = SimpleNamespace(**vars(shop))
+    later.stator = restator(shop, {"a": {"insert": None, "cron": "*/5 * * * *"}})
+    five_past = datetime(2026, 3, 27, 12, 5, tzinfo=UTC).isoformat()
+    assert later.stator.sync_schedules() == [
+        f"schedule a: definition changed, next tick {five_past}",
+        "schedule b: no longer declared, disabled"]
+    b = schedule_row(shop.stator, "b")
+    assert (b.state, b.fired) == ("disabled", 7)  # its history stays
+    assert later.stator.sync_schedules() == []  # nothing more to change
+    clock.advance(300)
+    drain(later)
+    assert len(rows(shop.stator, shop.reports)) == 1  # a fired once, b not at all
+    # Declared again, b is active again from its next tick.
+    again = restator(shop, {
+        "a": {"insert": None, "cron": "*/5 * * * *"}, "b": {"insert": None, "every": 60}})
+    assert again.sync_schedules() == ["schedule b: declared again, active"]
+    assert schedule_row(shop.stator, "b").state == "active"
+
+
+def test_a_row_fires_the_definition_it_records(
+    integration, build_models, make_stator, backend, clock
+) -> None:
+    """Two versions of the code during a deploy: the old worker, which does not sync again,
+    fires what the row says (the new definition), once per tick."""
+    old = build(integration, build_models, make_stator, backend, clock, {
+        "r": {"insert": None, "values": {"note": "old"}, "every": 60}})
+    old.stator.sync_schedules()
+    new = SimpleNamespace(**vars(old))
+    new.stator = restator(old, {"r": {"insert": None, "values": {"note": "new"}, "every": 60}})
+    new.stator.sync_schedules()
+    clock.advance(60)
+    drain(old)
+    drain(new)
+    assert [r.note for r in rows(old.stator, old.reports)] == ["new"]
+
+
+def test_a_move_schedule_moves_the_matching_rows(
+    integration, build_models, make_stator, backend, clock
+) -> None:
+    shop = build(integration, build_models, make_stator, backend, clock, {
+        "unstick": {"move": None, "to": "new", "filter": {"state": "stuck"}, "every": 600}})
+    drain(shop)
+    table = "reports"
+    run_sql(shop.stator, f"INSERT INTO {table} (id, state, note) VALUES (1, 'stuck', 'x')")
+    run_sql(shop.stator, f"INSERT INTO {table} (id, state, note) VALUES (2, 'new', 'y')")
+    clock.advance(600)
+    drain(shop)
+    assert {r.id: r.state for r in rows(shop.stator, shop.reports)} == {1: "new", 2: "new"}
+    assert schedule_row(shop.stator, "unstick").last_outcome == "moved 1 " + (
+        "reports" if not alias_of(shop.stator) else shop.reports._meta.label_lower
+    ) + " row(s) to new"
+    assert load(shop.stator, shop.reports, 1).state == "new"
+
+
+def test_bad_schedules_are_refused_up_front(build_models, integration) -> None:
+    if integration.startswith("django"):
+        pytest.skip("the SQLAlchemy Stator's own check")
+    shop = build_models(ReportStates, table="reports")
+    with pytest.raises(ConfigError, match="not a state of ReportStates"):
+        Stator("sqlite://", [shop.Order], schedules={
+            "m": {"move": shop.Order, "to": "gone", "every": 60}})
+    with pytest.raises(ConfigError, match="Django"):
+        Stator("sqlite://", [shop.Order], schedules={"t": {"task": "a.b", "every": 60}})
+    with pytest.raises(ConfigError, match="not one of this Stator's models"):
+        Stator("sqlite://", [shop.Order], schedules={"i": {"insert": "nope", "every": 60}})
