@@ -119,6 +119,16 @@ def test_a_missing_sqlite_file_is_reported_not_created(app_dir, capsys, command)
     assert not path.exists()
 
 
+def test_status_lists_every_state_with_its_zero(app_dir, capsys):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    assert run_cli(capsys, "migrate", app)[0] == 0
+    code, out, _err = run_cli(capsys, "status", app)
+    assert code == 0
+    listed = [line.split("│")[2:5] for line in out.splitlines() if line.count("│") > 5]
+    assert [[cell.strip() for cell in cells] for cells in listed] == [
+        ["new", "initial", "0"], ["done", "terminal", "0"]]
+
+
 # -- item 9: migrate tells the truth about the launcher -----------------------------------------
 
 

@@ -23,6 +23,7 @@ from ._policy import Write
 from ._schedule import Schedule
 from ._schedules import parse_for_models, sync, with_schedule_model
 from ._store import StateCount, Store, TrackedModel
+from ._store._counts import every_state
 from ._store._engine import create_engine_for
 from ._store._limit_usage import StateLimit, limit_usage
 from ._store.interface import Driver
@@ -321,7 +322,7 @@ class Stator:
             graph = tracked.graph
             states = [
                 {**_state_row(c, now), "role": role(graph.states.get(c.state))}
-                for c in counts if c.model == tracked.name
+                for c in every_state(tracked, counts)  # the empty states too, at zero
             ]
             models.append({
                 "model": tracked.name, "graph": graph.__name__, "states": states,

@@ -297,11 +297,12 @@ def test_metrics_match_the_database(setup: Any) -> None:
     with stator.engine.connect() as conn:
         total = conn.execute(select(func.count()).select_from(m.Order.__table__)).scalar_one()
     assert sum(rows.values()) == total == 45
-    assert rows == {"new": 15, "done": 30}
+    # Every state has its series, the empty ones at zero (so an alert rule finds them).
+    assert rows == {"new": 15, "held": 0, "done": 30, "failed": 0}
     due = {s.labels["state"]: s.value for s in families["stator_due_rows"].samples}
     assert due["new"] == 5
     failing = {s.labels["state"]: s.value for s in families["stator_failing_rows"].samples}
-    assert failing == {"new": 10, "done": 0}
+    assert failing == {"new": 10, "held": 0, "done": 0, "failed": 0}
     oldest = {s.labels["state"]: s.value for s in families["stator_oldest_due_seconds"].samples}
     assert oldest["new"] >= 5
     assert families["stator_live_workers"].samples[0].value == 0
@@ -313,6 +314,9 @@ def test_status_and_dashboard_share_one_count(setup: Any) -> None:
     stator, m = setup
     add(stator, m, [{"id": i, "note": "ok"} for i in range(1, 8)])
     (model,) = stator.status()["models"]
+    # Both list every state of the graph, the empty ones with their zero.
+    assert [s["state"] for s in model["states"]] == ["new", "held", "done", "failed"]
+    assert [s["rows"] for s in model["states"]] == [7, 0, 0, 0]
     values = client(stator, token=None).get("/api/overview.json").json()["values"]
     for s in model["states"]:
         assert values[f"rows:orders:{s['state']}"] == str(s["rows"])

@@ -57,6 +57,17 @@ def state_counts(
     return out
 
 
+def every_state(t: TrackedModel, counts: Iterable[StateCount]) -> list[StateCount]:
+    """``t``'s counts with every state of its graph, in the graph's order, a state without
+    rows at zero (so a listing shows it and an alert rule on its series finds one), then the
+    states the graph lacks.  A zero among estimates is an estimate too."""
+    mine = {c.state: c for c in counts if c.model == t.name}
+    estimated = any(c.estimated for c in mine.values())
+    known = [mine.get(name) or StateCount(t.name, name, 0, 0, None, 0, True, estimated)
+             for name in t.graph.states]
+    return [*known, *(c for name, c in mine.items() if name not in t.graph.states)]
+
+
 def _capped(counted: Iterable[dict[str, Any]], t: TrackedModel) -> list[dict[str, Any]]:
     """The graph's states as counted, then the ``UNKNOWN_CAP`` unknown states with the most
     rows, then one ``OTHER_STATES`` entry for the rest; never more than that in memory."""

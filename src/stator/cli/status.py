@@ -36,8 +36,7 @@ def _print_status(report: dict[str, Any]) -> None:
         numeric = column in ("rows", "due", "failing")
         table.add_column(column, justify="right" if numeric else "left")
     for model in report["models"]:
-        for s in model["states"] or [{"state": "(empty)", "role": "", "rows": 0, "due": 0,
-                                      "oldest_due_seconds": None, "failing": 0}]:
+        for s in model["states"]:  # every state of the graph, the empty ones at zero
             age = s["oldest_due_seconds"]
             table.add_row(
                 model["model"], s["state"], s["role"],

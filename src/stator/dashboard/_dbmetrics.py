@@ -33,7 +33,10 @@ class DatabaseCollector(Collector):
             "stator_counts_estimated", "1 where the counts are planner estimates.",
             labels=["model"])
         seen: dict[str, bool] = {}
-        for c in _dashboard.state_counts(store, now):
+        counts = _dashboard.state_counts(store, now)
+        # Every state of every graph has its series, at zero when it has no rows: an alert
+        # rule on a state that is empty at the moment still finds one.
+        for c in (c for t in store.tracked for c in _dashboard.every_state(t, counts)):
             key = [c.model, c.state]
             rows.add_metric(key, c.rows)
             due.add_metric(key, c.due)

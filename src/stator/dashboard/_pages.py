@@ -149,21 +149,15 @@ def _overview(d: Dashboard) -> dict[str, Any]:
     limits = _dashboard.limit_usage(store, now)
     models = []
     for t in store.tracked:
-        mine = {c.state: c for c in counts if c.model == t.name}
-        states = []
-        for name in [*t.graph.states, *(c.state for c in counts if c.model == t.name
-                                         and c.state not in t.graph.states)]:
-            c = mine.get(name)
-            oldest = c.oldest_due if c else None
-            states.append({
-                "state": name, "role": role(t.graph.states.get(name)),
-                "rows": c.rows if c else 0, "due": c.due if c else 0,
-                "oldest_due_seconds": (now - oldest).total_seconds() if oldest else None,
-                "failing": c.failing if c else 0,
-                "estimated": bool(c and c.estimated),
-                "scheduled": name in {s.name for s in t.graph.scheduled_states()},
-                "other": name == _dashboard.OTHER_STATES,
-            })
+        scheduled = {s.name for s in t.graph.scheduled_states()}
+        states = [{
+            "state": c.state, "role": role(t.graph.states.get(c.state)),
+            "rows": c.rows, "due": c.due,
+            "oldest_due_seconds": (now - c.oldest_due).total_seconds() if c.oldest_due
+            else None,
+            "failing": c.failing, "estimated": c.estimated, "scheduled": c.state in scheduled,
+            "other": c.state == _dashboard.OTHER_STATES,
+        } for c in _dashboard.every_state(t, counts)]
         models.append({"model": t.name, "graph": t.graph.__name__, "states": states,
                        "throughput": speed.get(t.name, []), "paused": paused.get(t.name),
                        "limits": [u for u in limits if u.model == t.name]})
