@@ -20,8 +20,8 @@ from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
-from ._schedule import Schedule
-from ._schedules import parse_for_models, sync, with_schedule_model
+from ._schedule_ops import schedule_report
+from ._schedules import Schedule, parse_for_models, sync, with_schedule_model
 from ._store import StateCount, Store, TrackedModel
 from ._store._counts import every_state
 from ._store._engine import create_engine_for
@@ -58,6 +58,8 @@ class Stator:
     jump over retry intervals.
     """
 
+    _synced = False  # whether run_once has made the schedules follow the code yet
+
     def __init__(
         self,
         db: str | URL | Engine,
@@ -83,7 +85,6 @@ class Stator:
         self.batch_size = batch_size
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
         self.declared, self.schedules = schedules, parse_for_models(schedules, self.models)
-        self._synced = False
         run = with_schedule_model(self.models, self.schedules)
         self.engine = db if isinstance(db, Engine) else create_engine_for(db, concurrency)
         try:
@@ -99,11 +100,10 @@ class Stator:
         concurrency: int = 4, batch_size: int = 100, listen_url: str | None = None,
         schedules: list[Schedule] | None = None,
     ) -> Stator:
-        """A Stator over a store built elsewhere (the Django integration's), with its
-        schedules already checked (None: it does not manage schedules)."""
+        """A Stator over a store built elsewhere (Django's), its ``schedules`` checked."""
         self = cls.__new__(cls)
         self.models = list(models)
-        self.declared, self.schedules, self._synced = None, schedules, False
+        self.declared, self.schedules = None, schedules
         self.clock = clock or store.clock
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -258,8 +258,7 @@ class Stator:
         return Worker(self.store, self.clock, self._select(models, exclude), options)
 
     def sync_schedules(self) -> list[str]:
-        """Make ``stator_schedules`` follow the declared schedules (a worker does as it starts;
-        with none declared the table is left alone); returns what changed."""
+        """Make the schedules' rows follow those declared (a worker's start); what changed."""
         self._synced = True
         return sync(self.engine, self.schedules, self.clock.now())
 
@@ -340,6 +339,7 @@ class Stator:
             "models": models,
             "workers": [_jsonable(w) for w in workers],
             "errors": [_jsonable(e.as_row()) for e in self.store.recent_errors(models=names)],
+            "schedules": schedule_report(self.engine, now),
         }
 
 

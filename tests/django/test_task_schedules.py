@@ -115,3 +115,37 @@ def test_a_worker_past_its_lease_enqueues_nothing(scheduled: str, clock: ManualC
     assert task.lost
     assert StatorTask.objects.using(scheduled).count() == before
     assert StatorTask.objects.using(scheduled).values("run_after").distinct().count() == before
+
+
+def test_the_admin_pauses_resumes_and_runs_now_with_change_permission(
+    scheduled: str, clock: ManualClock
+) -> None:
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    if scheduled != "default":
+        pytest.skip("the admin reads the default database")
+    engine(scheduled, clock).sync_schedules()
+
+    def staff(name: str, *codenames: str) -> Client:
+        user = User.objects.create_user(name, password="pw", is_staff=True)
+        user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+        client = Client()
+        client.force_login(user)
+        return client
+
+    url = "/admin/stator/statorschedule/"
+    viewer = staff("viewer", "view_statorschedule")
+    listing = viewer.get(url).content.decode()
+    assert "adder" in listing and "every 60s" in listing and "schedule_pause" not in listing
+    assert viewer.post(url, {"action": "schedule_pause", "_selected_action": ["adder"]}
+                       ).status_code == 403
+    assert StatorSchedule.objects.get(pk="adder").state == "active"
+    clerk = staff("clerk", "view_statorschedule", "change_statorschedule")
+    for action, state in (("schedule_pause", "paused"), ("schedule_resume", "active")):
+        assert clerk.post(url, {"action": action, "_selected_action": ["adder"]}
+                          ).status_code == 302
+        assert StatorSchedule.objects.get(pk="adder").state == state
+    clerk.post(url, {"action": "schedule_run_now", "_selected_action": ["adder"]})
+    row = StatorSchedule.objects.get(pk="adder")
+    assert row.state_next is not None and row.next_tick == row.state_next

@@ -217,3 +217,91 @@ def test_bad_schedules_are_refused_up_front(build_models, integration) -> None:
         Stator("sqlite://", [shop.Order], schedules={"t": {"task": "a.b", "every": 60}})
     with pytest.raises(ConfigError, match="not one of this Stator's models"):
         Stator("sqlite://", [shop.Order], schedules={"i": {"insert": "nope", "every": 60}})
+
+
+def test_schedules_are_seen_in_status_metrics_and_the_console(
+    hourly: SimpleNamespace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from stator.cli.status import print_status
+    from stator.dashboard._dbmetrics import DatabaseCollector
+
+    shop, clock = hourly, hourly.clock
+    drain(shop)
+    clock.advance(3600)
+    drain(shop)
+    clock.advance(90)  # 13:02: the 14:00 tick is not due; no lag
+    [seen] = shop.stator.status()["schedules"]
+    assert {k: seen[k] for k in ("name", "kind", "when", "state", "fired", "missed")} == {
+        "name": "hourly", "kind": "insert", "when": "0 * * * * (UTC)", "state": "active",
+        "fired": 1, "missed": 0}
+    assert seen["last_tick"] == "2026-03-27T13:00:00+00:00"
+    assert seen["next_tick"] == "2026-03-27T14:00:00+00:00"
+    assert seen["lag_seconds"] == 0
+    clock.advance(3600)  # 14:02, no worker ran: 120 s late
+    assert shop.stator.status()["schedules"][0]["lag_seconds"] == 120
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(shop.stator))
+    metrics = generate_latest(registry).decode()
+    fired_at = datetime(2026, 3, 27, 13, 0, 30, tzinfo=UTC).timestamp()
+    values = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line[:1] != "#")
+    assert float(values['stator_schedule_last_run_timestamp_seconds{schedule="hourly"}']) == (
+        fired_at)
+    assert 'stator_schedule_lag_seconds{schedule="hourly"} 120.0' in metrics
+    print_status(shop.stator.status(), as_json=False)
+    printed = capsys.readouterr().out
+    assert "schedules" in printed and "hourly" in printed
+
+
+def test_run_now_pause_and_resume(hourly: SimpleNamespace) -> None:
+    from stator._schedule_ops import schedule_action
+
+    shop, clock = hourly, hourly.clock
+    engine = shop.stator.engine
+    drain(shop)
+    assert schedule_action(engine, "hourly", "run_now", clock.now(), "test") == 1
+    drain(shop)
+    assert len(rows(shop.stator, shop.reports)) == 1  # fired at once...
+    row = schedule_row(shop.stator, "hourly")
+    assert row.next_tick == datetime(2026, 3, 27, 13, tzinfo=UTC)  # ...the 13:00 tick stays
+    assert schedule_action(engine, "hourly", "pause", clock.now(), "test") == 1
+    assert schedule_action(engine, "hourly", "pause", clock.now(), "test") == 0
+    clock.advance(3 * 3600)
+    drain(shop)
+    assert len(rows(shop.stator, shop.reports)) == 1  # nothing while paused
+    assert schedule_action(engine, "hourly", "run_now", clock.now(), "test") == 0
+    assert schedule_action(engine, "hourly", "resume", clock.now(), "test") == 1
+    drain(shop)
+    assert len(rows(shop.stator, shop.reports)) == 1  # what it missed paused is not caught up
+    clock.advance(3600)
+    drain(shop)
+    assert len(rows(shop.stator, shop.reports)) == 2
+    with engine.connect() as conn:
+        logged = conn.execute(text(
+            "SELECT action, affected FROM stator_actions ORDER BY id")).all()
+    assert [tuple(r) for r in logged] == [
+        ("schedule_run_now", 1), ("schedule_pause", 1), ("schedule_pause", 0),
+        ("schedule_run_now", 0), ("schedule_resume", 1)]
+
+
+def test_run_now_while_a_worker_fires_does_not_fire_twice(hourly: SimpleNamespace) -> None:
+    """The operator's "run now" moves ``state_next``: the worker holding the row loses its
+    fence, its firing is rolled back, and the next claim fires the tick once."""
+    from stator._schedule_ops import schedule_action
+
+    shop, clock = hourly, hourly.clock
+    drain(shop)
+    clock.advance(3600)
+    store = shop.stator.store
+    tracked = next(t for t in store.tracked if t.name == "stator_schedules")
+    [(obj, claim)] = store.claim(tracked, clock.now(), 10)
+    assert schedule_action(shop.stator.engine, "hourly", "run_now", clock.now(), "t") == 1
+    executor = Executor(store, clock)
+    task = executor.prepare(tracked, obj, claim)
+    executor.run_sync(task)
+    assert task.lost and rows(shop.stator, shop.reports) == []
+    drain(shop)
+    assert len(rows(shop.stator, shop.reports)) == 1
+    assert schedule_row(shop.stator, "hourly").next_tick == datetime(2026, 3, 27, 14, tzinfo=UTC)

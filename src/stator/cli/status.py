@@ -57,6 +57,7 @@ def _print_status(report: dict[str, Any]) -> None:
         for limit in model.get("limits", []):
             out.print(f"{model['model']}.{limit['state']}: {_limit_text(limit)}",
                       highlight=False)
+    _print_schedules(report.get("schedules", []))
     live = [w for w in report["workers"] if w["alive"]]
     out.print(f"workers alive: {len(live)}", highlight=False)
     for w in live:
@@ -68,6 +69,24 @@ def _print_status(report: dict[str, Any]) -> None:
             out.print(f"  {e['created_at']} {e['model']} {e['row_pk']} in {e['state']} "
                       f"(attempt {e['attempt']}, {e['kind']}): {e['message']}", highlight=False)
 
+
+
+def _print_schedules(schedules: list[dict[str, Any]]) -> None:
+    if not schedules:
+        return
+    table = Table(title="schedules", title_justify="left")
+    for column in ("schedule", "when", "state", "last tick", "next tick", "last result",
+                   "fired", "missed", "lag"):
+        table.add_column(column, justify="right" if column in ("fired", "missed", "lag")
+                         else "left")
+    for s in schedules:
+        result = s["last_outcome"] or ""
+        if s["last_result"]:
+            result += f" ({s['last_result']})"
+        table.add_row(s["name"], s["when"], s["state"], s["last_tick"] or "",
+                      s["next_tick"] or "", result, str(s["fired"]), str(s["missed"]),
+                      f"{s['lag_seconds']:.1f}s")
+    out.print(table)
 
 
 def _limit_text(limit: dict[str, Any]) -> str:

@@ -4,11 +4,13 @@ code as the pages and ``stator status`` (``_store._dashboard``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .._schedule_ops import schedule_report
 from .._stator import LIVE_AFTER, Stator
 from .._store import _dashboard
 
@@ -55,6 +57,22 @@ class DatabaseCollector(Collector):
             paused.add_metric([t.name], 1.0 if t.name in stopped else 0.0)
         yield from (rows, due, oldest, failing, estimated, workers, paused)
         yield from _limit_metrics(_dashboard.limit_usage(store, now))
+        yield from _schedule_metrics(schedule_report(store.engine, now))
+
+
+def _schedule_metrics(schedules: list[dict[str, Any]]) -> Iterator[Metric]:
+    """Per schedule: when it last fired a tick, and how late its due tick is (0 if none)."""
+    last = GaugeMetricFamily(
+        "stator_schedule_last_run_timestamp_seconds",
+        "When the schedule last fired (Unix time; 0 if never).", labels=["schedule"])
+    lag = GaugeMetricFamily(
+        "stator_schedule_lag_seconds", "How late the schedule's due tick is.",
+        labels=["schedule"])
+    for s in schedules:
+        fired = s["last_fired_at"]
+        last.add_metric([s["name"]], datetime.fromisoformat(fired).timestamp() if fired else 0)
+        lag.add_metric([s["name"]], s["lag_seconds"])
+    yield from (last, lag)
 
 
 def _limit_metrics(limits: list[_dashboard.StateLimit]) -> Iterator[Metric]:

@@ -37,7 +37,10 @@ from .._graph_svg import extent, to_svg
 from .._graph_text import to_dot, to_mermaid
 from .._store import _dashboard, _operator_actions
 from ..errors import TransitionConflict, TransitionError
-from . import _task_admin  # noqa: F401  (registers the tasks page)
+from . import (
+    _schedule_admin,  # noqa: F401  (registers the schedules page)
+    _task_admin,  # noqa: F401  (registers the tasks page)
+)
 from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._ops_models import StatorError, StatorWorker
 from ._stator_model import engine_owned_fields
