@@ -20,8 +20,7 @@ from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
-from ._schedule_ops import schedule_report
-from ._schedules import Schedule, parse_for_models, sync, with_schedule_model
+from ._schedules import Schedule, parse_for_models, schedule_report, sync, with_schedule_model
 from ._store import StateCount, Store, TrackedModel
 from ._store._counts import every_state
 from ._store._engine import create_engine_for
