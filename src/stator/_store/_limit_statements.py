@@ -53,7 +53,10 @@ def limited_claim_sql(
                f"{extra}")
         key = limit[1]
         where = due if key is None else f"{due} AND {key} = r.stator_lkey"
-        source = d.key_rows(f"r{i}", table, pk, f"state_next{picked}", where, order)
+        # No key's room is larger than its limit (a value a mapping leaves out: the claim's).
+        most = limit[0]
+        cap = ":limit" if isinstance(most, Mapping) else str(int(most))
+        source = d.key_rows(f"r{i}", table, pk, f"state_next{picked}", where, order, cap)
         branches.append(
             f"SELECT {pk}, '{state.name}' AS state, state_next{picked}, stator_krn FROM "
             f"(SELECT q.{pk}, q.state_next{q_picked}, r.stator_room, row_number() OVER "
@@ -81,10 +84,14 @@ def _room_ctes(t: TrackedModel, i: int, name: str, limit: Limit, extra: str) -> 
                    f"AND state_next > :now AND {lease} = state_next")
         return [f"r{i} AS (SELECT 1 AS stator_lkey, {most} - ({running}) AS stator_room)"]
     due = f"state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra}"
+    # Each next key as an ordered index probe (``ORDER BY … LIMIT 1``, not ``min()``, which
+    # SQLite answers by reading every entry after the last key).
     keys = (
-        f"k{i}(stator_k) AS (SELECT min({key}) FROM {table} WHERE {due} "
-        f"UNION ALL SELECT (SELECT min({key}) FROM {table} WHERE {due} "
-        f"AND {key} > k{i}.stator_k) FROM k{i} WHERE k{i}.stator_k IS NOT NULL)"
+        f"k{i}(stator_k) AS (SELECT (SELECT {key} FROM {table} WHERE {due} "
+        f"ORDER BY {key} LIMIT 1) "
+        f"UNION ALL SELECT (SELECT {key} FROM {table} WHERE {due} "
+        f"AND {key} > k{i}.stator_k ORDER BY {key} LIMIT 1) "
+        f"FROM k{i} WHERE k{i}.stator_k IS NOT NULL)"
     )
     if isinstance(most, Mapping):
         whens = " ".join(f"WHEN {_literal(v)} THEN {int(n)}" for v, n in most.items())

@@ -44,14 +44,15 @@ class SqlDialect:
     lease_commit = ""
 
     def key_rows(self, keys: str, table: str, pk: str, columns: str, where: str,
-                 order: str) -> str:
+                 order: str, cap: str) -> str:
         """A limited claim's ``FROM``: each row ``r`` of ``keys`` (``stator_lkey``,
         ``stator_room``) with its key's oldest due rows as ``q`` (``columns`` of them, chosen by
         ``where``, which names ``r.stator_lkey``).  Here a correlated ``IN``: a ``LIMIT`` may
-        not name ``r``, so it takes up to ``:limit`` and the caller keeps ``stator_room``."""
+        not name ``r``, so it takes up to ``cap`` (no key's room is larger) and the caller
+        keeps ``stator_room``."""
         return (
             f"{keys} AS r JOIN {table} AS q ON q.{pk} IN (SELECT {pk} FROM {table} "
-            f"WHERE {where} ORDER BY {order} LIMIT :limit)"
+            f"WHERE {where} ORDER BY {order} LIMIT {cap})"
         )
 
     def limit_lock(self, name: str) -> str | None:

@@ -33,7 +33,7 @@ class PostgresDialect(SqlDialect):
     lease_commit = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
     def key_rows(self, keys: str, table: str, pk: str, columns: str, where: str,
-                 order: str) -> str:
+                 order: str, cap: str) -> str:
         """A ``LATERAL`` pick, one index range per key, locking no more than the key's room
         (rows held by other claims passed by: ``SKIP LOCKED``)."""
         return (
