@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
 from sqlalchemy import Connection, Engine, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, registry
 
 from ._clock import handler_now
@@ -98,6 +99,13 @@ def sync(engine: Engine, schedules: Sequence[Schedule] | None, now: datetime) ->
     starting together write each change once.  None declared: the table is left alone."""
     if schedules is None:
         return []
+    try:
+        return _sync(engine, schedules, now)
+    except IntegrityError:  # another worker added the same schedule first: read it again
+        return _sync(engine, schedules, now)
+
+
+def _sync(engine: Engine, schedules: Sequence[Schedule], now: datetime) -> list[str]:
     declared = {s.name: s for s in schedules}
     done: list[str] = []
     t = schedules_table

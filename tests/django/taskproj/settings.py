@@ -16,6 +16,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TASKS = {"default": {"BACKEND": "stator.django.tasks.StatorBackend",
                      "OPTIONS": {"timeout": float(os.environ.get("TASKPROJ_TIMEOUT", "1"))}}}
 STATOR = {"CONCURRENCY": int(os.environ.get("TASKPROJ_CONCURRENCY", "4"))}
+# The schedules' process test: one task every second, every missed tick caught up.
+if os.environ.get("TASKPROJ_SCHEDULE"):
+    STATOR["SCHEDULE"] = {"tick": {"task": "jobs.noop", "every": 1, "missed": "all",
+                                   "max_catch_up": 10_000}}
 
 _pg = os.environ.get("TASKPROJ_PG")
 if _pg:
