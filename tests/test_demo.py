@@ -53,6 +53,13 @@ def _count(conn: Connection, model: type[Post] | type[Inbox]) -> dict[str, int]:
     return {state: int(rows) for state, rows in conn.execute(query)}
 
 
+def test_it_says_where_it_left_its_file_and_what_next(tmp_path: Path) -> None:
+    _summary, output = _run(tmp_path, posts=1, followers=1)
+    flat = " ".join(output.split())  # the console wraps long lines
+    assert f"The rows are in {tmp_path / 'demo.db'}" in flat
+    assert "What next: stator demo --failure-rate 0.6" in flat and "docs/tutorial.md" in flat
+
+
 def test_a_reliable_remote_delivers_everything(tmp_path: Path) -> None:
     summary, output = _run(tmp_path)
     assert summary.inbox_rows == 12

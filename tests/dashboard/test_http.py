@@ -384,3 +384,33 @@ def test_string_keys_with_markup_are_linked_and_shown_as_text(
     assert done.status_code == 303
     assert done.headers["location"].startswith(link + "?done=")
     assert row_of(stator, m, key).state == "held"
+
+
+def test_the_overview_draws_transitions_per_minute_and_a_tidy_footer(setup: Any) -> None:
+    """The chart: one bar a minute for the last ten, the busiest the full height, from the
+    workers' stats (transitions, not rows processed); the footer has no dangling " · "."""
+    from stator.dashboard import _chart
+
+    stator, _m = setup
+    now = stator.clock.now()
+    with stator.engine.begin() as conn:
+        conn.execute(insert(_schema.stats_table), [
+            {"worker_id": "w", "model": "orders", "period_start": now - timedelta(minutes=k),
+             "period_end": now - timedelta(minutes=k) + timedelta(seconds=30),
+             "processed": 99, "transitions": moved, "errors": 0, "timeouts": 0, "deleted": 0,
+             "lost": 0, "queue_depth": 0, "lag_seconds": 0.0}
+            for k, moved in ((1, 40), (3, 10))
+        ])
+    page = client(stator, token=None).get("/").text
+    [svg] = re.findall(r'<svg class="chart".*?</svg>', page, flags=re.S)
+    heights = [int(h) for h in re.findall(r'<rect class="bar"[^>]* height="(\d+)"', svg)]
+    assert len(heights) == 10 and max(heights) == _chart.HEIGHT - _chart.TOP - _chart.BOTTOM
+    assert sorted(h for h in heights if h) == [9, 36]  # 10 and 40 transitions, to scale
+    assert ">peak 40/min<" in svg and "40 transitions this minute" in svg
+    assert "10 transitions 2 min ago" in svg
+    assert "<script" not in svg
+    values = client(stator, token=None).get("/api/overview.json").json()["values"]
+    assert sorted(int(values[f"bar:orders:{i}"]) for i in range(10))[-2:] == [9, 36]
+    assert values["peak:orders"] == "peak 40/min"
+    [footer] = re.findall(r"<footer>.*?</footer>", page, flags=re.S)
+    assert "·" not in footer and '<span id="updated"></span>' in footer

@@ -328,6 +328,22 @@ def test_the_dashboard_in_a_browser_follows_a_running_worker(
                 ".textContent === '108'")
             page.wait_for_function(
                 "() => document.querySelector('[data-key=\"workers\"]').textContent === '0'")
+            # The throughput chart: bars from the worker's stats (written as it stops), set by
+            # the page's own refresh; the footer's two parts separated once, nothing dangling.
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('svg.chart .bar')]"
+                ".some(b => b.getBoundingClientRect().height > 10)")
+            assert page.locator("svg.chart .bar").count() == 10
+            peak = page.locator('[data-key="peak:messages"]').text_content() or ""
+            assert peak.startswith("peak ") and peak != "peak 0/min"
+            assert page.locator("footer #updated").text_content().startswith("updated ")
+            assert page.evaluate(  # the separator is the stamp's, drawn once it has a text
+                "getComputedStyle(document.getElementById('updated'), '::before').content"
+            ) == '" · "'
+            assert page.evaluate(
+                "getComputedStyle(document.querySelector('footer span'), '::before').content"
+            ) == "none"
+            page.screenshot(path=str(shots / "dashboard-throughput.png"), full_page=True)
 
             page.goto(base + "/models/messages/graph")
             node = page.locator('[data-key="node:sent"]')

@@ -81,7 +81,21 @@ def run_demo(
     finally:
         stator.dispose()
     console.print(summary_table(summary))
+    _say_what_next(console, path)
     return summary
+
+
+def _say_what_next(console: Console, path: Path) -> None:
+    """Where the demo left its file (in the current directory, unless ``--path`` said
+    otherwise), and where a newcomer goes from here."""
+    console.print(Text.assemble(
+        "The rows are in ", (str(path.resolve()), "bold"),
+        " (SQLite; the next `stator demo` replaces them, delete the file when done).\n",
+        "What next: ", ("stator demo --failure-rate 0.6", "bold"), " for a rougher remote, ",
+        "or the tutorial (docs/tutorial.md) to run a graph of your own: define states, ",
+        ("stator migrate", "bold"), ", ", ("stator run", "bold"), ", ",
+        ("stator dashboard", "bold"), ".",
+    ))
 
 
 def _prepare(stator: Stator, posts: int, followers: int) -> None:

@@ -210,18 +210,18 @@ def live_workers(store: Store, now: datetime, live_after: timedelta) -> list[dic
 def throughput(
     store: Store, now: datetime, minutes: int = 10
 ) -> dict[str, list[int]]:
-    """Rows processed per model in each of the last ``minutes`` minutes (oldest first),
-    from the workers' stats periods (attributed to the minute each period ended in)."""
+    """Transitions per model in each of the last ``minutes`` minutes (oldest first), from
+    the workers' stats periods (attributed to the minute each period ended in)."""
     s = _schema.stats_table
     since = now - timedelta(minutes=minutes)
     out: dict[str, list[int]] = {t.name: [0] * minutes for t in store.tracked}
-    query = select(s.c.model, s.c.period_end, s.c.processed).where(
+    query = select(s.c.model, s.c.period_end, s.c.transitions).where(
         s.c.period_end >= since, s.c.model.in_(list(out))
     )
     with store.engine.connect() as conn:
-        for model, end, processed in conn.execute(query):
+        for model, end, moved in conn.execute(query):
             slot = min(int((end - since).total_seconds() // 60), minutes - 1)
-            out[model][max(slot, 0)] += int(processed)
+            out[model][max(slot, 0)] += int(moved or 0)
     return out
 
 

@@ -20,6 +20,7 @@ from .._graph_svg import edge_key, node_key, to_svg
 from .._graph_text import to_mermaid
 from .._stator import LIVE_AFTER
 from .._store import TrackedModel, _dashboard
+from . import _chart
 from ._context import Dashboard
 from ._format import age, figure
 
@@ -160,6 +161,7 @@ def _overview(d: Dashboard) -> dict[str, Any]:
         } for c in _dashboard.every_state(t, counts)]
         models.append({"model": t.name, "graph": t.graph.__name__, "states": states,
                        "throughput": speed.get(t.name, []), "paused": paused.get(t.name),
+                       "chart": _chart.chart_svg(t.name, speed.get(t.name, [])),
                        "limits": [u for u in limits if u.model == t.name]})
     return {
         "now": now, "models_info": models,
@@ -179,7 +181,7 @@ def _overview_values(view: dict[str, Any]) -> dict[str, Any]:
             values[f"due:{base}"] = figure(s["due"], s["estimated"] and s["due"] >= 10_000)
             values[f"oldest:{base}"] = age(s["oldest_due_seconds"])
             values[f"failing:{base}"] = figure(s["failing"], False)
-        values[f"throughput:{m['model']}"] = " ".join(str(n) for n in m["throughput"])
+        values.update(_chart.bar_values(m["model"], m["throughput"]))
     values["workers"] = str(len(view["workers"]))
     return {"values": values, "now": view["now"].isoformat()}
 

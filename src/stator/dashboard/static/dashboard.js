@@ -13,6 +13,16 @@
         (link || nodes[i]).textContent = values[key];  // text, never markup
       }
     }
+    // The throughput bars: a height in px, checked to be a number, set as two attributes.
+    var bars = document.querySelectorAll("[data-bar]");
+    for (var j = 0; j < bars.length; j++) {
+      var h = Number(values["bar:" + bars[j].getAttribute("data-bar")]);
+      var base = Number(bars[j].getAttribute("data-base"));
+      if (isFinite(h) && h >= 0 && isFinite(base)) {
+        bars[j].setAttribute("height", String(h));
+        bars[j].setAttribute("y", String(base - h));
+      }
+    }
     if (stamp) { stamp.textContent = "updated " + new Date().toLocaleTimeString(); }
     document.body.setAttribute("data-refreshed", String(Date.now()));
   }
