@@ -25,7 +25,7 @@ from .test_http import BASE, TOKEN, add, csrf_of, row_of
 ORIGIN = {"origin": BASE}
 BEARER = {"authorization": f"Bearer {TOKEN}"}
 OPEN = {"/login", "/logout"}  # with a token, the only routes that answer strangers
-EXAMPLE = {"model": "orders", "pk": "1", "state": "new"}
+EXAMPLE = {"model": "orders", "pk": "1", "state": "new", "name": "nightly", "action": "pause"}
 
 
 @pytest.fixture

@@ -305,3 +305,36 @@ def test_run_now_while_a_worker_fires_does_not_fire_twice(hourly: SimpleNamespac
     drain(shop)
     assert len(rows(shop.stator, shop.reports)) == 1
     assert schedule_row(shop.stator, "hourly").next_tick == datetime(2026, 3, 27, 14, tzinfo=UTC)
+
+
+def test_the_dashboard_shows_and_steers_schedules(hourly: SimpleNamespace) -> None:
+    import re
+
+    from starlette.testclient import TestClient
+
+    from stator.dashboard import create_app
+
+    shop = hourly
+    drain(shop)
+    base = "http://testserver"
+    app = create_app(shop.stator, token="t0ken", allowed_hosts=["testserver"])
+    reader = TestClient(app, base_url=base)
+    assert "hourly" not in reader.get("/schedules").text  # strangers see the sign-in page
+    c = TestClient(app, base_url=base)
+    assert c.post("/login", data={"token": "t0ken", "who": "ann"}, headers={"origin": base},
+                  follow_redirects=False).status_code == 303
+    page = c.get("/schedules").text
+    assert "hourly" in page and "0 * * * * (UTC)" in page
+    found = re.search(r'name="csrf" value="([0-9a-f]*)"', page)
+    assert found is not None
+    h = {"origin": base}
+    assert c.post("/schedules/hourly/pause", data={}, headers=h,
+                  follow_redirects=False).status_code == 403  # no CSRF token
+    assert schedule_row(shop.stator, "hourly").state == "active"
+    done = c.post("/schedules/hourly/pause", data={"csrf": found.group(1)}, headers=h)
+    assert "hourly: pause done" in done.text
+    assert schedule_row(shop.stator, "hourly").state == "paused"
+    c.post("/schedules/hourly/resume", data={"csrf": found.group(1)}, headers=h)
+    c.post("/schedules/hourly/run-now", data={"csrf": found.group(1)}, headers=h)
+    drain(shop)
+    assert len(rows(shop.stator, shop.reports)) == 1

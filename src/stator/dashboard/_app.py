@@ -28,6 +28,7 @@ from ._actions import action_routes
 from ._context import Dashboard
 from ._format import part
 from ._pages import page_routes
+from ._schedules import schedule_routes
 from ._signin import signin_routes
 
 STATIC = Path(__file__).parent / "static"
@@ -51,6 +52,7 @@ def create_app(
         *page_routes(d),
         *signin_routes(d),
         *action_routes(d),
+        *schedule_routes(d),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     guard = Middleware(
