@@ -69,7 +69,7 @@ def test_reserved_and_mixed_case_names_through_every_statement(backend, clock, t
         assert stator.transition_many(Row, Quoted.done, Row.id == 2) == 1
 
         states = {s["state"]: s["rows"] for s in stator.status()["models"][0]["states"]}
-        assert states == {"done": 2}
+        assert states == {"new": 0, "held": 0, "done": 2}
 
         clock.advance(120)
         stator.run_once()  # delete after delete_after
