@@ -307,8 +307,15 @@ def test_run_now_while_a_worker_fires_does_not_fire_twice(hourly: SimpleNamespac
     assert schedule_row(shop.stator, "hourly").next_tick == datetime(2026, 3, 27, 14, tzinfo=UTC)
 
 
-def test_the_dashboard_shows_and_steers_schedules(hourly: SimpleNamespace) -> None:
+def test_the_dashboard_shows_and_steers_schedules(
+    hourly: SimpleNamespace, integration: str
+) -> None:
     import re
+
+    if integration.startswith("django"):
+        # In-process, Starlette's threads would each keep a Django connection open past the
+        # test; the dashboard over Django runs as a process in tests/django.
+        pytest.skip("the dashboard over Django's connections is tested as a process")
 
     from starlette.testclient import TestClient
 
