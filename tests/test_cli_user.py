@@ -124,9 +124,10 @@ def test_status_lists_every_state_with_its_zero(app_dir, capsys):
     assert run_cli(capsys, "migrate", app)[0] == 0
     code, out, _err = run_cli(capsys, "status", app)
     assert code == 0
-    listed = [line.split("│")[2:5] for line in out.splitlines() if line.count("│") > 5]
+    listed = [line.split("│")[1:5] for line in out.splitlines() if line.count("│") > 5]
+    # The model as people name it (its class; Django's app.Model), not its table (jobs).
     assert [[cell.strip() for cell in cells] for cells in listed] == [
-        ["new", "initial", "0"], ["done", "terminal", "0"]]
+        ["Job", "new", "initial", "0"], ["Job", "done", "terminal", "0"]]
 
 
 # -- item 9: migrate tells the truth about the launcher -----------------------------------------

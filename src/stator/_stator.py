@@ -308,8 +308,7 @@ class Stator:
     # -- observability ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """Per model and state: rows, due, oldest due age, failing; recent throughput and
-        errors; live workers.  JSON-ready."""
+        """Per model and state: rows, due, oldest due, failing; recent stats, errors, workers."""
         self.check()
         now = self.clock.now()
         counts = self.store.state_counts(now)
@@ -318,16 +317,15 @@ class Stator:
         models: list[dict[str, Any]] = []
         for tracked in self.store.tracked:
             graph = tracked.graph
-            states = [
-                {**_state_row(c, now), "role": role(graph.states.get(c.state))}
-                for c in every_state(tracked, counts)  # the empty states too, at zero
-            ]
-            models.append({
-                "model": tracked.name, "graph": graph.__name__, "states": states,
-                "recent": stats.get(tracked.name, {}),
+            states = [{**_state_row(c, now), "role": role(graph.states.get(c.state))}
+                      for c in every_state(tracked, counts)]  # the empty states too, at zero
+            models.append({  # named as people name it (its label), its table besides
+                "model": tracked.label, "table": tracked.name, "graph": graph.__name__,
+                "states": states, "recent": stats.get(tracked.name, {}),
                 "limits": [_limit_row(u) for u in usage if u.model == tracked.name],
             })
         names = [t.name for t in self.store.tracked]  # this app's, not the database's
+        label = {t.name: t.label for t in self.store.tracked}
         workers = [
             {**w.as_row(), "alive": now - w.last_seen <= LIVE_AFTER}
             for w in self.store.workers(names)
@@ -337,7 +335,8 @@ class Stator:
             "now": now.isoformat(),
             "models": models,
             "workers": [_jsonable(w) for w in workers],
-            "errors": [_jsonable(e.as_row()) for e in self.store.recent_errors(models=names)],
+            "errors": [{**_jsonable(e.as_row()), "model": label[e.model], "table": e.model}
+                       for e in self.store.recent_errors(models=names)],
             "schedules": schedule_report(self.engine, now),
         }
 

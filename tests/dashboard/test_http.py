@@ -414,3 +414,17 @@ def test_the_overview_draws_transitions_per_minute_and_a_tidy_footer(setup: Any)
     assert values["peak:orders"] == "peak 40/min"
     [footer] = re.findall(r"<footer>.*?</footer>", page, flags=re.S)
     assert "·" not in footer and '<span id="updated"></span>' in footer
+
+
+def test_pages_name_the_model_by_its_label_as_the_cli_does(setup: Any) -> None:
+    """``Order`` (SQLAlchemy's class) or ``app.Order`` (Django's label), not the table;
+    URLs and keys keep the table's name."""
+    stator, m = setup
+    label = m.Order._meta.label if hasattr(m.Order, "_meta") else "Order"
+    web = client(stator, token=None)
+    page = web.get("/").text
+    assert f"<h2>{label} <small>" in page and f'<a href="/models/orders/graph">{label}</a>' in page
+    assert f"<h1>{label} <small>" in web.get("/models/orders/graph").text
+    assert f"<h1>{label} rows</h1>" in web.get("/models/orders/rows").text
+    (model,) = stator.status()["models"]
+    assert (model["model"], model["table"]) == (label, "orders")

@@ -74,8 +74,9 @@ def test_running_and_limits_are_shown_alike_everywhere(
 
     print_status(stator.status(), as_json=False)
     shown = capsys.readouterr().out
-    assert "deliveries.deliver: 3 running, limit per domain; busiest: a 2/2, b 1/2" in shown
-    assert "deliveries.notify: 3/3 running" in shown
+    name = model["model"]  # its label (the class name here), not its table
+    assert f"{name}.deliver: 3 running, limit per domain; busiest: a 2/2, b 1/2" in shown
+    assert f"{name}.notify: 3/3 running" in shown
 
     web = TestClient(create_app(stator, token=None, allowed_hosts=["testserver"]))
     page = web.get("/").text

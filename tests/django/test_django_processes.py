@@ -121,7 +121,8 @@ def test_contract_rows_start_new_and_runstator_until_idle(project: dict[str, str
         + [["unpaid", "new", [], 0]]
     )
     status = json.loads(manage(project, "stator", "status", "--json").stdout)
-    (orders,) = [m for m in status["models"] if m["model"] == "orders_order"]
+    (orders,) = [m for m in status["models"] if m["model"] == "orders.Order"]
+    assert orders["table"] == "orders_order"
     states = {s["state"]: s["rows"] for s in orders["states"]}
     assert states == {"new": 1, "charged": 4, "shipped": 0}
     graph = manage(project, "stator", "graph", "--format", "dot").stdout

@@ -273,7 +273,9 @@ def test_exceptions_count_attempts_back_off_and_are_recorded(
     (error,) = errors(stator)
     assert error["message"] == "RuntimeError: boom at 1"
     assert "Traceback" in error["traceback"] and "check_new" in error["traceback"]
-    assert (error["model"], error["row_pk"], error["state"]) == ("orders", "1", "new")
+    assert (error["table"], error["row_pk"], error["state"]) == ("orders", "1", "new")
+    # Named as people name the model: its class, or Django's app.Model.
+    assert error["model"] == (m.Order._meta.label if hasattr(m.Order, "_meta") else "Order")
     assert (error["kind"], error["attempt"]) == ("error", 1)
 
     clock.set(row.state_next - timedelta(seconds=1))

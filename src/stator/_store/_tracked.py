@@ -28,7 +28,8 @@ class TrackedModel:
     pk_attr: str
     pk_type: str
     history_type: str | None
-    name: str
+    name: str  # the table's name: the key in Stator's own tables, metrics and URLs
+    label: str = ""  # what people call the model (``label_of``): what status and pages show
     quoted_table: str = ""  # the table and column names as the SQL must spell them
     quoted_pk: str = ""
     quoted_columns: list[str] = field(default_factory=list)
@@ -120,7 +121,7 @@ class TrackedModel:
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
             history_type=None if history is None else history.type.compile(sa_dialect),
-            name=table.name, quoted_table=quote.format_table(table),
+            name=table.name, label=label_of(model), quoted_table=quote.format_table(table),
             quoted_pk=quote.quote(pks[0].name),
             quoted_columns=[quote.quote(c.name) for c in table.c],
             where=where, priority=None if priority is None else quote.quote(priority),
@@ -176,3 +177,10 @@ def _declared_limits(
                 f"{where}: limit_key={key!r} must name a NOT NULL column of {table.name}"
             )
     return limits
+
+
+def label_of(model: Any) -> str:
+    """What people call a model, as ``runstator`` and ``stator run --models`` take it:
+    Django's ``app_label.Model``, else the class name."""
+    meta = getattr(model, "_meta", None)  # a Django model's options
+    return str(getattr(meta, "label", None) or model.__name__)
