@@ -66,3 +66,41 @@ def test_a_task_proxys_admin_lists_the_tasks(admin_client: Any) -> None:
         assert listing.status_code == 200 and "tasks_jobs.add" in listing.content.decode()
         detail = admin_client.get(f"/admin/taskproxy/taskproxy/{result.id}/change/")
         assert detail.status_code == 200
+
+
+def test_the_tasks_model_is_run_and_shown_only_with_a_task_backend() -> None:
+    """No ``TASKS`` entry using Stator's backend: no ``stator_tasks`` in the status, the
+    dashboard or the workers (its wake-up triggers are installed all the same)."""
+    from django.test import override_settings
+
+    assert StatorTask not in stator_models()
+    assert "stator_tasks" not in [t.name for t in build_stator().store.tracked]
+    assert StatorTask in stator_models(every=True)
+    backend = {"default": {"BACKEND": "stator.django.tasks.StatorBackend"}}
+    with override_settings(TASKS=backend):
+        assert StatorTask in stator_models()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tasks_left_running_by_an_earlier_version_go_back_to_ready() -> None:
+    """The task graph has no ``running`` state (docs/tasks.md): migration 0008 moves such
+    rows to ``ready``, keeping the lease they were held under (``state_next``)."""
+    from datetime import UTC, datetime, timedelta
+    from importlib import import_module
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection
+
+    from stator.django._task_model import TaskStates
+
+    assert "running" not in TaskStates.states
+    held = datetime.now(UTC) + timedelta(minutes=5)
+    for pk, state in (("a", "running"), ("b", "successful")):
+        StatorTask.objects.create(id=pk, task_path="x.y", queue_name="default", backend="default",
+                                  args_kwargs={}, enqueued_at=datetime.now(UTC))
+        StatorTask.objects.filter(pk=pk).update(state=state, state_next=held)
+    migration = import_module("stator.django.migrations.0008_tasks_running_to_ready")
+    migration.running_to_ready(apps, SimpleNamespace(connection=connection))
+    rows = {t.pk: (t.state, t.state_next) for t in StatorTask.objects.all()}
+    assert rows == {"a": ("ready", held), "b": ("successful", held)}

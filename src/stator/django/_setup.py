@@ -16,16 +16,23 @@ from ._schedule_model import StatorSchedule, declared_schedules, remember
 from ._settings import max_hung as max_hung
 from ._settings import stator_settings as stator_settings
 from ._stator_model import StatorModel, graph_of
+from ._task_model import StatorTask
+from ._task_options import stator_backends
 
 
-def stator_models() -> list[type]:
+def stator_models(*, every: bool = False) -> list[type]:
     """Every installed concrete ``StatorModel`` with a valid graph (the others fail checks);
-    the schedules' only when ``STATOR["SCHEDULE"]`` is set (Stator then manages them)."""
+    the schedules' only when ``STATOR["SCHEDULE"]`` is set (Stator then manages them), and
+    the tasks' only when a Stator task backend is configured (or schedules, which enqueue
+    tasks): a project without one has no ``stator_tasks`` in its status, dashboard or
+    workers.  ``every``: the tasks' too whatever the settings (the wake-up triggers, so a
+    backend configured later needs no new migration)."""
     scheduled = "SCHEDULE" in stator_settings()
+    tasks = every or scheduled or bool(stator_backends())
     return [
         m for m in apps.get_models()
         if issubclass(m, StatorModel) and not m._meta.proxy and graph_of(m) is not None
-        and (scheduled or m is not StatorSchedule)
+        and (scheduled or m is not StatorSchedule) and (tasks or m is not StatorTask)
     ]
 
 
@@ -69,4 +76,4 @@ def uninstall_schema(alias: str) -> list[str]:
 
 
 def install_wakeups(alias: str) -> list[str]:
-    return DjangoStore(alias, stator_models()).migrate()
+    return DjangoStore(alias, stator_models(every=True)).migrate()

@@ -11,7 +11,8 @@ Django's RUNNING is not a state of its own: the claim copies its lease into ``le
 (``stator_lease_column``), and a ready row whose ``state_next`` still equals it is held by a
 worker (any write of the engine's moves ``state_next`` on).  A worker killed mid-task leaves
 its row ready under a lease that expires; the next worker runs it again, so a task is never
-stuck RUNNING.  ``running`` is kept only for rows an earlier version left in it.
+stuck RUNNING.  There is no ``running`` state: the rows an earlier version left in one are
+moved back to ``ready`` by migration 0008, under the lease they held.
 
 This module imports on Django 5.2 as well (the model is part of the ``stator`` app there too);
 only running a task needs ``django.tasks`` (Django >= 6.0), and that is checked by a system
@@ -48,17 +49,12 @@ RETRY_AFTER = option("retry_after", DEFAULT_RETRY_AFTER) or DEFAULT_RETRY_AFTER
 # it backs off like any other and, after this many in a row, the task is FAILED.
 STALLS_ALLOWED = 3
 STATUS_OF_STATE = {
-    "running": "RUNNING", "successful": "SUCCESSFUL", "failed": "FAILED",
+    "successful": "SUCCESSFUL", "failed": "FAILED",
 }
 
 
 class TaskStates(StateGraph):
     ready = State(
-        retry_after=RETRY_AFTER, timeout=TIMEOUT, max_attempts=STALLS_ALLOWED,
-    )
-    # Rows an earlier version moved here before running them; nothing enters it now (the
-    # edge from ``ready`` is declared so that the graph stays valid and such rows finish).
-    running = State(
         retry_after=RETRY_AFTER, timeout=TIMEOUT, max_attempts=STALLS_ALLOWED,
     )
     successful = State(delete_after=KEEP_RESULTS)
@@ -67,22 +63,12 @@ class TaskStates(StateGraph):
     ready.transitions_to(successful)
     ready.transitions_to(failed)
     ready.fails_to(failed)
-    ready.transitions_to(running)
-    running.transitions_to(successful)
-    running.transitions_to(failed)
-    running.fails_to(failed)
 
     # The code that runs a task is imported when one runs: it needs ``django.tasks`` (Django
     # >= 6.0), and this module must import on Django 5.2 too (see the module's docstring).
 
     @classmethod
     def check_ready(cls, task: StatorTask) -> State:
-        from ._task_run import run_task  # Django >= 6.0 only (see above)
-
-        return run_task(task, cls)
-
-    @classmethod
-    def check_running(cls, task: StatorTask) -> State:
         from ._task_run import run_task  # Django >= 6.0 only (see above)
 
         return run_task(task, cls)
