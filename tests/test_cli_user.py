@@ -556,3 +556,14 @@ kill $holder
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "disk is full" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_workers_start_line_names_the_model_by_its_label(app_dir, capsys, caplog):
+    app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
+    assert run_cli(capsys, "migrate", app)[0] == 0
+    caplog.set_level(logging.INFO, logger="stator")
+    code, _out, _err = run_cli(capsys, "run", app, "--until-idle", "--idle-window", "0.1")
+    assert code == 0
+    [start] = [r.getMessage() for r in caplog.records
+               if getattr(r, "action", None) == "worker_start"]
+    assert ": Job on sqlite:///" in start  # the class, as --models takes it; not "jobs"

@@ -62,7 +62,7 @@ def serve(stator: Stator, worker: Worker, with_signals: bool = True) -> RunSumma
     ``manage.py runstator``).  ``with_signals=False`` off the main thread (``--reload``)."""
     log.info(
         "worker %s: %s on %s, concurrency %d", worker.id,
-        ", ".join(t.name for t in worker.tracked), stator.url, worker.options.concurrency,
+        ", ".join(t.label for t in worker.tracked), stator.url, worker.options.concurrency,
         extra={"action": "worker_start"},
     )
     # Everything made so far (modules: Django's, SQLAlchemy's, the app's) lives as long as
