@@ -160,7 +160,8 @@ def test_errors_page_groups_by_model_state_and_exception(setup: Any) -> None:
     add(stator, m, [{"id": i, "note": f"fail {i}"} for i in range(1, 4)])
     stator.run_once(raise_errors=False)
     page = client(stator, token=None).get("/errors")
-    assert re.search(r"<td>orders</td><td><a[^>]*>new</a></td><td>ValueError</td>"
+    label = m.Order._meta.label if hasattr(m.Order, "_meta") else "Order"  # not the table
+    assert re.search(rf"<td>{re.escape(label)}</td><td><a[^>]*>new</a></td><td>ValueError</td>"
                      r'<td class="n">3</td><td class="n">3</td>', page.text)
 
 
@@ -426,5 +427,11 @@ def test_pages_name_the_model_by_its_label_as_the_cli_does(setup: Any) -> None:
     assert f"<h2>{label} <small>" in page and f'<a href="/models/orders/graph">{label}</a>' in page
     assert f"<h1>{label} <small>" in web.get("/models/orders/graph").text
     assert f"<h1>{label} rows</h1>" in web.get("/models/orders/rows").text
+    add(stator, m, [{"id": 1, "note": "fail"}])
+    stator.run_once(raise_errors=False)
+    errors = web.get("/errors").text
+    assert f"<tr><td>{label}</td>" in errors and "</summary>" in errors
+    assert re.search(rf"\d\d:\d\d:\d\d {re.escape(label)} <a href=\"/models/orders/rows/1\"",
+                     errors)
     (model,) = stator.status()["models"]
     assert (model["model"], model["table"]) == (label, "orders")
