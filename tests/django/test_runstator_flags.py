@@ -383,10 +383,17 @@ def test_reload_restarts_the_worker_when_code_changes(
         first = in_copy(enqueue)
         wait_for(lambda: in_copy(result.format(first)) == 1, "the first task")
         jobs.write_text(VERSIONED.format(2))
-        later = time.time() + 5  # a newer modification time than the reloader has seen
-        os.utime(jobs, (later, later))
-        wait_for(lambda: (tmp_path / "worker.log").read_text().count("INFO stator: worker ") >= 3,
-                 "the worker to restart")  # started, stopped, started again
+        # The reloader only notices a change to a file it had already seen; it may first look
+        # at jobs.py (imported by the first task) after this write.  So each check moves the
+        # file's time on again: once the reloader has seen it, the next move is a change.
+        stamp = [time.time() + 5]
+
+        def restarted() -> bool:
+            stamp[0] += 1
+            os.utime(jobs, (stamp[0], stamp[0]))
+            return (tmp_path / "worker.log").read_text().count("INFO stator: worker ") >= 3
+
+        wait_for(restarted, "the worker to restart")  # started, stopped, started again
         second = in_copy(enqueue)
         wait_for(lambda: in_copy(result.format(second)) == 2, "the new code to run")
     finally:
