@@ -9,8 +9,13 @@ global (per claimed batch, written batch or handler run, never per database row)
 
 Metrics (all in one registry of their own, served on the port given):
 
-- ``stator_transitions_total{model,from,to}``: rows moved along an edge (written, fence held)
-- ``stator_handler_failures_total{model,state,exception}``: handler errors and timeouts
+- ``stator_transitions_total{model,model_label,from,to}``: rows moved along an edge (written,
+  fence held)
+- ``stator_handler_failures_total{model,model_label,state,exception}``: handler errors and
+  timeouts
+
+``model`` is the table's name (kept so existing rules match), ``model_label`` the name the CLI
+and the pages use (``shop.Order``; the class name for SQLAlchemy).
 - ``stator_handler_seconds``: how long handlers ran (histogram)
 - ``stator_claim_batch_size``: rows per non-empty claim (histogram)
 - ``stator_lease_lost_total``: results refused because the row's lease was lost
@@ -42,11 +47,11 @@ class _Prometheus:
         r = self.registry
         self.transitions = Counter(
             "stator_transitions_total", "Rows moved along an edge of their graph.",
-            ["model", "from", "to"], registry=r,
+            ["model", "model_label", "from", "to"], registry=r,
         )
         self.failures = Counter(
             "stator_handler_failures_total", "Handler errors and timeouts.",
-            ["model", "state", "exception"], registry=r,
+            ["model", "model_label", "state", "exception"], registry=r,
         )
         self.handler = Histogram(
             "stator_handler_seconds", "How long handlers ran.", registry=r,
@@ -135,7 +140,7 @@ def lease_lost() -> None:
 
 
 def written(
-    worker_id: str, model: str, writes: Sequence[Write], lost: Collection[Any]
+    worker_id: str, model: str, label: str, writes: Sequence[Write], lost: Collection[Any]
 ) -> None:
     """Results reached the database (a written batch, or a handler's own commit);
     ``lost``: the keys whose fence failed."""
@@ -153,11 +158,11 @@ def written(
     from ._store._dashboard import exception_of
 
     for (source, target), n in moved.items():
-        p.transitions.labels(model, source, target).inc(n)
+        p.transitions.labels(model, label, source, target).inc(n)
     for w in writes:
         if w.failure is not None:
             exception = exception_of(w.failure.kind, w.failure.message)
-            p.failures.labels(model, w.fence_state, exception).inc()
+            p.failures.labels(model, label, w.fence_state, exception).inc()
     if lost:
         p.lost.inc(len(lost))
 

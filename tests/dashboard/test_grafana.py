@@ -25,6 +25,11 @@ def exposed(registry: Any) -> set[str]:
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
+def exposed_labels(registry: Any) -> set[str]:
+    text = generate_latest(registry).decode()
+    return {k for f in text_string_to_metric_families(text) for s in f.samples for k in s.labels}
+
+
 def test_every_panel_queries_an_exposed_metric(
     tmp_path: Path, build_models: Callable[..., Any], clock: ManualClock,
 ) -> None:
@@ -39,6 +44,7 @@ def test_every_panel_queries_an_exposed_metric(
         registry = type(_metrics.enable())()
         registry.register(DatabaseCollector(stator))
         names |= exposed(registry)
+        labels = exposed_labels(registry)
     finally:
         _metrics.disable()
         stator.dispose()
@@ -49,3 +55,14 @@ def test_every_panel_queries_an_exposed_metric(
             for name in re.findall(r"\bstator_\w+", target["expr"])}
     assert used and used <= names, used - names
     assert {"stator_rows", "stator_transitions_total", "stator_handler_seconds_bucket"} <= used
+    # Labels grouped, filtered or shown by the board exist (the counters' ones: the same
+    # model labels as the gauges, plus their own).
+    labels |= {"from", "to", "exception", "le"}
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    grouped = {name.strip() for e in exprs for by in re.findall(r"by \(([^)]*)\)", e)
+               for name in by.split(",")}
+    filtered = {name for e in exprs for name in re.findall(r"(\w+)=~", e)}
+    legends = {name for p in board["panels"] for t in p.get("targets", [])
+               for name in re.findall(r"{{(\w+)}}", t.get("legendFormat", ""))}
+    assert "model_label" in grouped and grouped | filtered | legends <= labels, (
+        (grouped | filtered | legends) - labels)

@@ -308,7 +308,23 @@ def test_metrics_match_the_database(setup: Any) -> None:
     assert oldest["new"] >= 5
     assert families["stator_live_workers"].samples[0].value == 0
     paused = families["stator_paused"].samples[0]
-    assert (paused.labels, paused.value) == ({"model": "orders"}, 0)
+    label = m.Order._meta.label if hasattr(m.Order, "_meta") else "Order"
+    assert (paused.labels, paused.value) == ({"model": "orders", "model_label": label}, 0)
+
+
+def test_every_model_series_names_the_table_and_the_label(setup: Any) -> None:
+    """``model`` keeps the table's name (existing rules match), ``model_label`` is the name
+    the CLI and pages use: both on every series that is per model."""
+    stator, m = setup
+    label = m.Order._meta.label if hasattr(m.Order, "_meta") else "Order"
+    text = client(stator, token=None).get("/metrics").text
+    per_model = [s for f in text_string_to_metric_families(text) for s in f.samples
+                 if "model" in s.labels]
+    assert {s.name for s in per_model} >= {
+        "stator_rows", "stator_due_rows", "stator_oldest_due_seconds", "stator_failing_rows",
+        "stator_counts_estimated", "stator_paused"}
+    assert all((s.labels["model"], s.labels["model_label"]) == ("orders", label)
+               for s in per_model)
 
 
 def test_status_and_dashboard_share_one_count(setup: Any) -> None:

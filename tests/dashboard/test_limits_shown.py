@@ -86,6 +86,8 @@ def test_running_and_limits_are_shown_alike_everywhere(
     assert running == {"deliver": 3, "notify": 3}
     full = {s.labels["state"]: s.value for s in families["stator_limit_saturation"].samples}
     assert full == {"deliver": 1.0, "notify": 1.0}
+    assert {s.labels["model_label"] for s in families["stator_running_rows"].samples} == {
+        "Delivery"}
 
     clock.advance(Fanout.deliver.lease)  # every lease expired: nothing runs any more
     (model,) = stator.status()["models"]

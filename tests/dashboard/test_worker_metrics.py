@@ -44,9 +44,11 @@ def test_worker_counts_transitions_failures_claims_and_handler_times(stator: Sta
     finally:
         _metrics.disable()
     (moved,) = samples(registry, "stator_transitions_total")
-    assert (moved.labels, moved.value) == ({"model": "orders", "from": "new", "to": "done"}, 20)
+    assert (moved.labels, moved.value) == (
+        {"model": "orders", "model_label": "Order", "from": "new", "to": "done"}, 20)
     (failed,) = samples(registry, "stator_handler_failures_total")
-    assert failed.labels == {"model": "orders", "state": "new", "exception": "ValueError"}
+    assert failed.labels == {
+        "model": "orders", "model_label": "Order", "state": "new", "exception": "ValueError"}
     assert failed.value == 5
     (claimed,) = samples(registry, "stator_claim_batch_size_sum")
     assert claimed.value == 25

@@ -146,6 +146,7 @@ def test_manage_py_stator_dashboard_serves_the_projects_models(
                     for s in f.samples if s.name == "stator_rows"
                     and s.labels["model"] == "orders_order"]
         assert sum(s.value for s in rows) == 3
+        assert {s.labels["model_label"] for s in rows} == {"orders.Order"}
     finally:
         proc.terminate()
         proc.wait(60)

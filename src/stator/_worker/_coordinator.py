@@ -281,7 +281,8 @@ class Worker:
             elif task.committed is not None:
                 counters.processed += 1
                 counters.transitions += task.committed.moved
-                _metrics.written(self.id, task.tracked.name, (task.committed,), ())
+                _metrics.written(self.id, task.tracked.name, task.tracked.label,
+                                 (task.committed,), ())
                 self._maybe_due = True  # it may have added or moved rows that are due now
             if write is not None and write.failure is not None and not task.abandoned:
                 self._failures.failed(task.tracked.name, task.claimed.pk, task.claimed.state,

@@ -133,7 +133,8 @@ class Writer:
         moved_any = False
         for tracked, writes in groups:
             counters = self._tally.period[tracked.name]
-            _metrics.written(self._worker_id, tracked.name, writes, lost.get(tracked.name, ()))
+            _metrics.written(self._worker_id, tracked.name, tracked.label, writes,
+                             lost.get(tracked.name, ()))
             for w in writes:
                 if w.pk in lost.get(tracked.name, set()):
                     counters.lost += 1

@@ -23,7 +23,10 @@ class DatabaseCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         store = self.stator.store
         now = self.stator.clock.now()
-        labels = ["model", "state"]
+        # ``model`` is the table's name (stable for existing rules), ``model_label`` what the
+        # CLI and pages call it (``shop.Order``).
+        labels = ["model", "model_label", "state"]
+        named = {t.name: t.label for t in store.tracked}
         rows = GaugeMetricFamily("stator_rows", "Rows per model and state.", labels=labels)
         due = GaugeMetricFamily("stator_due_rows", "Rows due now.", labels=labels)
         oldest = GaugeMetricFamily(
@@ -33,13 +36,13 @@ class DatabaseCollector(Collector):
             labels=labels)
         estimated = GaugeMetricFamily(
             "stator_counts_estimated", "1 where the counts are planner estimates.",
-            labels=["model"])
+            labels=["model", "model_label"])
         seen: dict[str, bool] = {}
         counts = _dashboard.state_counts(store, now)
         # Every state of every graph has its series, at zero when it has no rows: an alert
         # rule on a state that is empty at the moment still finds one.
         for c in (c for t in store.tracked for c in _dashboard.every_state(t, counts)):
-            key = [c.model, c.state]
+            key = [c.model, named.get(c.model, c.model), c.state]
             rows.add_metric(key, c.rows)
             due.add_metric(key, c.due)
             first = c.oldest_due
@@ -47,16 +50,16 @@ class DatabaseCollector(Collector):
             failing.add_metric(key, c.failing)
             seen[c.model] = seen.get(c.model, False) or c.estimated
         for t in store.tracked:
-            estimated.add_metric([t.name], 1.0 if seen.get(t.name) else 0.0)
+            estimated.add_metric([t.name, t.label], 1.0 if seen.get(t.name) else 0.0)
         workers = GaugeMetricFamily("stator_live_workers", "Workers seen recently.")
         workers.add_metric([], len(_dashboard.live_workers(store, now, self.live_after)))
         paused = GaugeMetricFamily("stator_paused", "1 while a model is paused.",
-                                   labels=["model"])
+                                   labels=["model", "model_label"])
         stopped = _dashboard.paused_info(store)
         for t in store.tracked:
-            paused.add_metric([t.name], 1.0 if t.name in stopped else 0.0)
+            paused.add_metric([t.name, t.label], 1.0 if t.name in stopped else 0.0)
         yield from (rows, due, oldest, failing, estimated, workers, paused)
-        yield from _limit_metrics(_dashboard.limit_usage(store, now))
+        yield from _limit_metrics(_dashboard.limit_usage(store, now), named)
         yield from _schedule_metrics(schedule_report(store.engine, now))
 
 
@@ -75,10 +78,12 @@ def _schedule_metrics(schedules: list[dict[str, Any]]) -> Iterator[Metric]:
     yield from (last, lag)
 
 
-def _limit_metrics(limits: list[_dashboard.StateLimit]) -> Iterator[Metric]:
+def _limit_metrics(
+    limits: list[_dashboard.StateLimit], named: dict[str, str]
+) -> Iterator[Metric]:
     """Per limited state: rows running (held under a lease) and how full its fullest limit
     is (the whole state's, or its busiest key's: 1.0 is at the limit)."""
-    labels = ["model", "state"]
+    labels = ["model", "model_label", "state"]
     running = GaugeMetricFamily(
         "stator_running_rows", "Rows held by workers, per state with a concurrency limit.",
         labels=labels)
@@ -87,6 +92,7 @@ def _limit_metrics(limits: list[_dashboard.StateLimit]) -> Iterator[Metric]:
         "Running / max_running of the fullest limit of a state (its busiest key's).",
         labels=labels)
     for limit in limits:
-        running.add_metric([limit.model, limit.state], limit.running)
-        saturation.add_metric([limit.model, limit.state], limit.saturation)
+        key = [limit.model, named.get(limit.model, limit.model), limit.state]
+        running.add_metric(key, limit.running)
+        saturation.add_metric(key, limit.saturation)
     yield from (running, saturation)
