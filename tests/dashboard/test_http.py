@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
 from stator import ManualClock, Stator
-from stator._store import EdgeCount, _schema
+from stator._store import EdgeCount, Heartbeat, _schema
 from stator.dashboard import create_app
 
 from .flow import Flow
@@ -80,6 +80,24 @@ def test_overview_counts_per_state_match_the_database(setup: Any) -> None:
     assert values["failing:orders:new"] == "6"
     assert values["due:orders:new"] == "0"  # failed once: waiting out its backoff
     assert values["rows:orders:held"] == "0"
+
+
+def test_the_workers_table_comes_with_each_refresh(setup: Any) -> None:
+    """The overview's JSON carries the workers table's cells (as texts, the page fills them
+    in as text), so a worker that stops leaves the table without a reload."""
+    stator, m = setup
+    label = m.Order._meta.label if hasattr(m.Order, "_meta") else "Order"
+    now = stator.clock.now()
+    stator.store.heartbeat(Heartbeat("w-<b>1</b>", now, now, 4, ("orders",),
+                                     {"t-1": "running", "t-2": "idle"}, 4242))
+    web = client(stator, token=None)
+    (row,) = web.get("/api/overview.json").json()["tables"]["workers"]
+    assert row[0] == "w-<b>1</b>" and row[2] == "4242" and row[5:] == ["1", label]
+    page = web.get("/").text
+    assert '<td class="n">4242</td>' in page and "w-&lt;b&gt;1&lt;/b&gt;" in page
+    stator.clock.advance(3600)  # its heartbeat too old: no longer live
+    assert web.get("/api/overview.json").json()["tables"]["workers"] == []
+    assert "no live worker" in web.get("/").text
 
 
 def test_graph_page_draws_every_state_and_edge_with_live_figures(setup: Any) -> None:

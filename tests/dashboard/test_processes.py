@@ -321,13 +321,21 @@ def test_the_dashboard_in_a_browser_follows_a_running_worker(
             page.wait_for_function(
                 "() => !['', '0'].includes(document.querySelector("
                 "'[data-key=\"rows:messages:sent\"]').textContent)")
-            page.reload()  # mid-run: the workers table is drawn on load
+            # The workers table follows too, without a reload: the worker appears …
+            workers = "document.querySelector('tbody[data-table=\"workers\"]')"
+            page.wait_for_function(
+                f"() => {workers}.querySelectorAll('tr:first-child td').length === 7")
+            row = page.locator('tbody[data-table="workers"] tr').first
+            assert "Message" in (row.text_content() or "")
+            assert row.locator("td").nth(2).get_attribute("class") == "n"  # the pid column
             page.screenshot(path=str(shots / "dashboard-overview.png"), full_page=True)
             page.wait_for_function(
                 "() => document.querySelector('[data-key=\"rows:messages:sent\"]')"
                 ".textContent === '108'")
             page.wait_for_function(
                 "() => document.querySelector('[data-key=\"workers\"]').textContent === '0'")
+            # … and leaves it once it has stopped.
+            page.wait_for_function(f"() => {workers}.textContent.trim() === 'no live worker'")
             # The throughput chart: bars from the worker's stats (written as it stops), set by
             # the page's own refresh; the footer's two parts separated once, nothing dangling.
             page.wait_for_function(

@@ -45,7 +45,7 @@ class Dashboard:
         self.by_name = {t.name: t for t in stator.store.tracked}
         # Pages name a model by its label (``shop.Order``, ``Order``), as the CLI does; URLs
         # and keys keep its table's name.
-        labels = {t.name: t.label for t in stator.store.tracked}
+        self.labels = labels = {t.name: t.label for t in stator.store.tracked}
         self.env.filters["label"] = lambda name: labels.get(name, name)
 
     # -- helpers ---------------------------------------------------------------------------

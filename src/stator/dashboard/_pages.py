@@ -163,9 +163,10 @@ def _overview(d: Dashboard) -> dict[str, Any]:
                        "throughput": speed.get(t.name, []), "paused": paused.get(t.name),
                        "chart": _chart.chart_svg(t.name, speed.get(t.name, [])),
                        "limits": [u for u in limits if u.model == t.name]})
+    workers = _dashboard.live_workers(store, now, LIVE_AFTER)
     return {
         "now": now, "models_info": models,
-        "workers": _dashboard.live_workers(store, now, LIVE_AFTER),
+        "workers": workers, "worker_rows": _worker_rows(workers, d.labels),
         "launcher": _launcher(d.launcher_control),
         "actions": _dashboard.recent_actions(store, 10),
         "unknown_cap": _dashboard.UNKNOWN_CAP,
@@ -183,7 +184,18 @@ def _overview_values(view: dict[str, Any]) -> dict[str, Any]:
             values[f"failing:{base}"] = figure(s["failing"], False)
         values.update(_chart.bar_values(m["model"], m["throughput"]))
     values["workers"] = str(len(view["workers"]))
-    return {"values": values, "now": view["now"].isoformat()}
+    return {"values": values, "tables": {"workers": view["worker_rows"]},
+            "now": view["now"].isoformat()}
+
+
+def _worker_rows(workers: list[dict[str, Any]], labels: dict[str, str]) -> list[list[str]]:
+    """The workers table's cells as texts, for the page and its refresh alike (a worker
+    that stops leaves the table at the next refresh, not only at the next page load)."""
+    return [[str(w["id"]), str(w["hostname"]), str(w["pid"]),
+             w["started_at"].strftime("%Y-%m-%d %H:%M:%S"), w["last_seen"].strftime("%H:%M:%S"),
+             str(w["in_flight"]),
+             ", ".join(labels.get(m, m) for m in str(w["models"]).split(",") if m)]
+            for w in workers]
 
 
 def _graph_values(d: Dashboard, t: TrackedModel) -> dict[str, str]:
