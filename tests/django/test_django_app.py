@@ -57,6 +57,28 @@ def test_run_until_idle_and_assert_path(clock: ManualClock, alias: str) -> None:
     assert path_of(unpaid) == ["charged"]
 
 
+@pytest.mark.django_db(databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_saving_a_stale_instance_keeps_the_lease_and_claim_stamps(alias: str) -> None:
+    """A row read before a worker claimed it, saved after: the worker's lease and the claim's
+    stamps stay (``StatorTask`` has both), only the application's fields are written."""
+    from stator.django._task_model import StatorTask
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    StatorTask.objects.using(alias).create(
+        id="t-1", task_path="x.y", queue_name="default", backend="default", priority=0,
+        args_kwargs={"args": [], "kwargs": {}}, enqueued_at=now, state_next=now)
+    stale = StatorTask.objects.using(alias).get(id="t-1")
+    lease = now + timedelta(minutes=5)
+    StatorTask.objects.using(alias).filter(id="t-1").update(  # what a claim does
+        leased_until=lease, started_at=now, last_attempted_at=now)
+    stale.priority = 7
+    stale.save()
+    row = StatorTask.objects.using(alias).get(id="t-1")
+    assert row.priority == 7
+    assert (row.leased_until, row.started_at, row.last_attempted_at) == (lease, now, now)
+
+
 @pytest.mark.django_db
 def test_run_until_idle_raises_a_handlers_error_unless_told_not_to(clock: ManualClock) -> None:
     Job.objects.create(kind="fail")

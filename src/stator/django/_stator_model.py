@@ -125,14 +125,16 @@ class StatorModel(models.Model, metaclass=StatorModelBase):
         return perform_many(queryset, to, clock)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Saving an existing row leaves the Stator fields alone (unless named in
-        ``update_fields``): they belong to the engine and to ``transition_perform``, and an
-        instance read a while ago would otherwise write back a stale state or due time."""
+        """Saving an existing row leaves the engine's fields alone (unless named in
+        ``update_fields``): the Stator fields, the history, the lease column and the claim
+        stamps belong to the engine and to ``transition_perform``, and an instance read a
+        while ago would otherwise write back a stale state, due time or lease."""
         if (not self._state.adding and not args and kwargs.get("update_fields") is None
                 and not kwargs.get("force_insert")):
+            owned = set(engine_owned_fields(type(self)))  # the lease and claim stamps too
             kwargs["update_fields"] = [
                 f.name for f in self._meta.concrete_fields
-                if not f.primary_key and f.name not in ENGINE_FIELDS
+                if not f.primary_key and f.name not in owned
             ]
         super().save(*args, **kwargs)
 
