@@ -28,7 +28,7 @@ from .errors import TryAgainLater
 BUSY_RETRY = 1.0  # seconds before retrying a row whose commit met a busy/lost database
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Task:
     """One claimed row on its way through a handler."""
 

@@ -215,6 +215,42 @@ def test_a_handler_thread_that_dies_is_replaced(
         assert task.write is not None and task.write.state == "done"
 
 
+def hand_out_in_one_slice(p: Pool, count: int, first: str) -> None:
+    """Claim ``count`` rows and hand them out as timed handlers' rows are: in slices (one
+    slice with concurrency 1), the row whose note is ``first`` at the head of it."""
+    timing = p.pool.timing
+    timing.measured, timing.average = 1, 0.0001  # as if handlers had been timed: quick
+    (tracked,) = p.stator.store.tracked
+    rows = p.stator.store.claim(tracked, p.stator.clock.now(), count)
+    tasks = [p.executor.prepare(tracked, obj, claimed) for obj, claimed in rows]
+    p.pool.dispatch(sorted(tasks, key=lambda t: t.obj.note != first))
+
+
+@pytest.mark.parametrize("note", ["hang", "die"])
+def test_the_rest_of_a_slice_runs_when_its_thread_is_abandoned_or_dies(
+    backend: str, build_models: Any, make_stator: Any, note: str
+) -> None:
+    """Rows reach the threads a slice at a time.  The rows after one whose handler hangs past
+    its deadline, or ends its thread, go to another thread at once: not stranded behind it
+    until their lease runs out.  (Behind a hung handler, what lease they have left is less
+    than a deadline: that thread hands them back, due at once.)"""
+    models, stator = hanging(backend, build_models, make_stator)
+    insert(stator, models.Order, 1, note=note)
+    insert(stator, models.Order, 2, 3, 4, note="fine")
+    with started_pool(stator, concurrency=1) as p:
+        hand_out_in_one_slice(p, 4, first=note)
+        tasks = {t.claimed.pk: t for t in p.take(4)}
+        assert sorted(tasks) == [1, 2, 3, 4]
+        assert tasks[1].write is not None and tasks[1].write.failure is not None
+        now = stator.clock.now()
+        for pk in (2, 3, 4):
+            write = tasks[pk].write
+            assert write is not None and write.failure is None
+            due_now = write.state_next is not None and write.state_next <= now
+            assert write.state == "done" or due_now
+            assert tasks[pk].thread != tasks[1].thread  # taken up by the thread in its place
+
+
 def test_async_handlers_run_on_the_event_loop(
     backend: str, build_models: Any, make_stator: Any
 ) -> None:

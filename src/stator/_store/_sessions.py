@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
+from sqlalchemy.orm.attributes import instance_state
 
 from .._policy import Write
 from ._dialects import BEGIN_OPTION
@@ -52,8 +53,20 @@ class SessionScopes:
         if session is None:
             session = self._local.session = self.sessions()
             session.info["stator_shared"] = True
-        session.add(task.obj)
+        _attach(session, task.obj)
         return SessionScope(session)
+
+
+def _attach(session: Session, obj: Any) -> None:
+    """``session.add(obj)`` for a detached row fresh from a claim.  ``add`` also walks the
+    mapper's properties for a save-update cascade, which a mapper without relationships never
+    has: for those, what ``add`` does without the walk (a third of its cost, per row)."""
+    state = instance_state(obj)
+    if state.mapper.relationships or session._warn_on_events:
+        session.add(obj)
+        return
+    state._orphaned_outside_of_session = False
+    session._save_or_update_impl(state)
 
 
 class SessionScope:
@@ -123,4 +136,9 @@ def _note_write(session: Session) -> None:
 
 
 def _has_changes(session: Session) -> bool:
-    return bool(session.new or session.dirty or session.deleted or session.info.get("stator_wrote"))
+    """``session.new or session.dirty or session.deleted``, read from the collections those
+    properties copy into new sets (per row, the copies cost more than the check)."""
+    return bool(
+        session._new or session.identity_map._modified or session._deleted
+        or session.info.get("stator_wrote")
+    )

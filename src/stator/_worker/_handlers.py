@@ -33,6 +33,11 @@ from ._state import Signals, Timing, WorkerOptions
 log = logging.getLogger("stator.worker")
 
 DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
+# Sync rows reach the handler threads in slices, one hand-off per slice, not per row (its
+# wake-up and thread switch cost more than a no-op handler).  A slice holds about this many
+# seconds of handler time, so rows wait little behind the others of their slice.
+SLICE_SECONDS = 0.005
+Slice = deque[Task]  # taken from the left by its thread (or by ``tend``: atomic either way)
 
 
 class HandlerPool:
@@ -48,11 +53,14 @@ class HandlerPool:
         self._thread_done = thread_done  # the store's per-thread cleanup
         self._with_loop = with_loop  # some handler is async: run an event loop for it
         self.timing = Timing(options.concurrency)  # written by handler threads, under a lock
-        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
-        self._queued = 0  # tasks in _queue not yet taken by a thread (under _queued_lock)
+        self._queue: queue.SimpleQueue[Slice | None] = queue.SimpleQueue()
+        self._queued = 0  # tasks handed in, not yet started by a thread (under _queued_lock)
         self._queued_lock = threading.Lock()
         self._running: set[Task] = set()  # under _running_lock
         self._running_lock = threading.Lock()
+        # The slice each handler thread works through (its rest goes back to the queue when
+        # the thread is abandoned or dies).  Written by the handler threads, read by ``tend``.
+        self._slices: dict[str, Slice] = {}
         # Appended by handler threads, the event loop and the coordinator; taken from by the
         # coordinator alone (deque append and popleft are atomic).
         self._finished: deque[Task] = deque()
@@ -97,10 +105,8 @@ class HandlerPool:
             self._spawn_thread()
         if self._with_loop:
             ready = threading.Event()
-            thread = threading.Thread(
-                target=self._loop_main, args=(ready,), name="stator-loop", daemon=True
-            )
-            thread.start()
+            threading.Thread(
+                target=self._loop_main, args=(ready,), name="stator-loop", daemon=True).start()
             ready.wait()
 
     def stop(self) -> None:
@@ -113,7 +119,7 @@ class HandlerPool:
 
     def dispatch(self, tasks: list[Task]) -> None:
         """Hand a claimed batch out: counted once for the batch (not a lock per row), then
-        each row to the event loop (async handlers) or the handler threads' queue."""
+        each row to the event loop (async handlers), or in slices to the handler threads."""
         if not tasks:
             return
         self._board.hand_out(len(tasks))
@@ -126,8 +132,17 @@ class HandlerPool:
         for task in tasks:
             if states[task.claimed.state].handler_is_async and self._loop is not None:
                 asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
-        for task in sync:
-            self._queue.put(task)
+        size = self._slice_size(len(sync))
+        for i in range(0, len(sync), size):
+            self._queue.put(deque(sync[i:i + size]))
+
+    def _slice_size(self, rows: int) -> int:
+        """Rows per hand-off: the batch shared between the threads, each slice holding no
+        more than ``SLICE_SECONDS`` of handler time (one row per slice until timed)."""
+        if self.timing.measured < self._options.concurrency:
+            return 1
+        by_time = int(SLICE_SECONDS / max(self.timing.average, 1e-6))
+        return max(1, min(-(-rows // self._options.concurrency), by_time))
 
     def finished(self) -> Iterator[Task]:
         """Take the tasks whose outcome is in, oldest first."""
@@ -138,17 +153,33 @@ class HandlerPool:
         return bool(self._finished)
 
     def hand_back_unstarted(self) -> None:
+        """Every row not started yet goes back at once: those queued, and the rest of the
+        slices the handler threads are working through (taken from under them: a row is
+        popped by one side only)."""
+        for held in list(self._slices.values()):
+            self._release_all(held)
         while True:
             try:
-                task = self._queue.get_nowait()
+                tasks = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if task is None:
+            if tasks is None:
                 continue
+            self._release_all(tasks)
+
+    def _release_all(self, tasks: Slice) -> None:
+        """Hand back every row left in ``tasks`` (unstarted): due again at once."""
+        for task in _take_all(tasks):
             with self._queued_lock:
                 self._queued -= 1
             task.write = _policy.release(task.claimed, self._clock.now())
             self._finish(task)
+
+    def _requeue_rest(self, name: str) -> None:
+        """The rows of thread ``name``'s slice it has not started go back to the queue (the
+        thread was abandoned, or died), for the other threads to run."""
+        if rest := _take_all(self._slices.pop(name, None)):
+            self._queue.put(deque(rest))
 
     def nearest_deadline(self) -> float | None:
         """The nearest running handler's deadline (monotonic), if any runs with one."""
@@ -178,6 +209,7 @@ class HandlerPool:
                 task.write = self._executor.timed_out(task, stack)
                 self._finished.append(task)
                 self._board.take_back()
+                self._requeue_rest(task.thread)
                 self._replace_hung(task.thread)
         for name, thread in list(self._threads.items()):
             if not thread.is_alive() and self._board.state_of(name) == ThreadState.DIED:
@@ -241,26 +273,33 @@ class HandlerPool:
         task: Task | None = None
         try:
             while True:
-                task = self._queue.get()
-                if task is None:
+                tasks = self._queue.get()
+                if tasks is None:
                     board.report(name, ThreadState.STOPPED)
                     return
-                with self._queued_lock:
-                    self._queued -= 1
-                if self._signals.stop.is_set():
-                    task.write = _policy.release(task.claimed, self._clock.now())
+                self._slices[name] = tasks
+                while True:
+                    try:
+                        task = tasks.popleft()
+                    except IndexError:
+                        break
+                    with self._queued_lock:
+                        self._queued -= 1
+                    if self._signals.stop.is_set():
+                        task.write = _policy.release(task.claimed, self._clock.now())
+                        self._finish(task)
+                        task = None
+                        continue
+                    if not running:  # routine states are reported on change only, not per row
+                        board.report(name, ThreadState.RUNNING, notify=False)
+                        running = True
+                    self._run_one(task)
+                    if task.abandoned:
+                        board.report(name, ThreadState.ABANDONED)
+                        return  # a replacement thread took this one's place (and the rest)
                     self._finish(task)
                     task = None
-                    continue
-                if not running:  # routine states are reported on change only, not per row
-                    board.report(name, ThreadState.RUNNING, notify=False)
-                    running = True
-                self._run_one(task)
-                if task.abandoned:
-                    board.report(name, ThreadState.ABANDONED)
-                    return  # a replacement thread took this one's place
-                self._finish(task)
-                task = None
+                self._slices.pop(name, None)
                 if self._queue.empty():
                     # Nothing held open while waiting, however long: a handler's scope may
                     # be kept only from one task to the next (``keep_between_tasks``).
@@ -272,6 +311,7 @@ class HandlerPool:
             log.exception("handler thread %s died", name, extra={"action": "thread_died"})
             if task is not None and not task.abandoned:
                 self._finish(task)
+            self._requeue_rest(name)
             board.report(name, ThreadState.DIED)
             self._signals.kick.set()
 
@@ -346,3 +386,14 @@ class HandlerPool:
             with self._queued_lock:
                 self._async_inflight -= 1
             self._finish(task)
+
+
+def _take_all(tasks: Slice | None) -> list[Task]:
+    """The rows left in ``tasks``, taken from it (each row is popped by one side only)."""
+    taken = []
+    while tasks:
+        try:
+            taken.append(tasks.popleft())
+        except IndexError:
+            break
+    return taken

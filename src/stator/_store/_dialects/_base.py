@@ -105,6 +105,12 @@ class SqlDialect:
     def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"payload": json.dumps(records)}
 
+    def batch_columns(self, columns: dict[str, list[Any]]) -> dict[str, Any]:
+        """``batch_params`` for a batch given column by column (equal lengths)."""
+        names = list(columns)
+        rows = zip(*columns.values(), strict=True)
+        return self.batch_params([dict(zip(names, row, strict=True)) for row in rows])
+
     def history_append(
         self, table: str, history_type: str, state: str = "v.state",
         changed_iso: str = "v.changed_iso",

@@ -78,6 +78,9 @@ class PostgresDialect(SqlDialect):
             return {}
         return {f"b_{name}": array_literal([r[name] for r in records]) for name in records[0]}
 
+    def batch_columns(self, columns: dict[str, list[Any]]) -> dict[str, Any]:
+        return {f"b_{name}": array_literal(values) for name, values in columns.items()}
+
     def history_append(
         self, table: str, history_type: str, state: str = "v.state",
         changed_iso: str = "v.changed_iso",
