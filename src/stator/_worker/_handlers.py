@@ -297,7 +297,7 @@ class HandlerPool:
                     if task.abandoned:
                         board.report(name, ThreadState.ABANDONED)
                         return  # a replacement thread took this one's place (and the rest)
-                    self._finish(task)
+                    self._finish(task, more=bool(tasks))
                     task = None
                 self._slices.pop(name, None)
                 if self._queue.empty():
@@ -336,15 +336,16 @@ class HandlerPool:
         _metrics.handler_seconds(seconds)
         self.timing.note(seconds)
 
-    def _finish(self, task: Task) -> None:
+    def _finish(self, task: Task, more: bool = False) -> None:
+        """``more``: more rows of this thread's slice follow (the last one wakes the
+        coordinator, or half a batch finished does: not every row)."""
         self._finished.append(task)
         self._board.take_back()
         kick = self._signals.kick
-        if (self._queued == 0 or len(self._finished) >= self._options.batch_size // 2) and (
-            not kick.is_set()  # setting a set Event still takes its lock and notifies
-        ):
-            # Safe to skip: the append above comes before this check, the coordinator
-            # clears the kick before it collects, so it sees this task either way.
+        half = len(self._finished) >= self._options.batch_size // 2
+        if (half or (self._queued == 0 and not more)) and not kick.is_set():
+            # Setting a set Event still takes its lock and notifies.  Safe to skip: the append
+            # above comes first, the coordinator clears the kick before it collects.
             kick.set()
 
     # -- the event loop for async handlers --------------------------------------------------
