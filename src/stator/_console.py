@@ -8,23 +8,44 @@ Shared by the ``stator`` command, the worker's serve loop (``_worker.serving``) 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from ._incurable import is_disk_full
 from .errors import StatorError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# The two consoles, ``err`` and ``out``, are made on first use (module ``__getattr__``), and
+# rich is imported only then: a worker whose output is not a terminal (a service, a log file)
+# writes plain lines and never loads it.
 # Markup off: every text printed here may come from users, databases or exceptions, and rich
 # would eat anything in it that looks like a tag ("[postgresql]") or die on it ("[/x]").
-err = Console(stderr=True, markup=False)
-out = Console(markup=False, soft_wrap=True)  # a line piped to a file is not cut at 80
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Console:
+    if name not in ("err", "out"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _console(name)
+
+
+def _console(name: str) -> Console:
+    made = _consoles.get(name)
+    if made is None:
+        from rich.console import Console
+
+        made = _consoles[name] = (
+            Console(stderr=True, markup=False) if name == "err"
+            else Console(markup=False, soft_wrap=True)  # a line piped to a file is not cut at 80
+        )
+    return made
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -36,7 +57,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def error_line(message: str) -> None:
     """The ``error:`` line alone, for a caller that must leave some other way than
     ``sys.exit`` (a thread other than the main one)."""
-    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False,
+    from rich.text import Text
+
+    _console("err").print(Text.assemble(("error:", "bold red"), " ", message), highlight=False,
               soft_wrap=True)
 
 
@@ -58,11 +81,24 @@ def user_errors() -> Iterator[None]:
         fail(f"database error: {first}", code=1)
 
 
+def stderr_may_be_terminal() -> bool:
+    """False where rich's ``Console.is_terminal`` would be for stderr (checked without rich):
+    not a TTY, and neither ``TTY_COMPATIBLE=1`` nor ``FORCE_COLOR`` says otherwise."""
+    if os.environ.get("TTY_COMPATIBLE") == "1" or os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # none, or closed
+        return False
+
+
 def setup_logging(level: str) -> None:
     """Rich's columns on a terminal; plain lines (no wrapping, no padding) in log files."""
     handler: logging.Handler
-    if err.is_terminal:
-        handler = RichHandler(console=err, show_path=False, rich_tracebacks=False)
+    if stderr_may_be_terminal() and _console("err").is_terminal:
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=_console("err"), show_path=False, rich_tracebacks=False)
         logging.basicConfig(level=level.upper(), format="%(message)s", handlers=[handler])
     else:
         handler = logging.StreamHandler(sys.stderr)

@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, registry
 
 from ._clock import handler_now
 from ._graph import State, StateGraph
@@ -36,6 +35,9 @@ from ._schedule_ops import schedule_report as schedule_report
 from ._store._operations import WRITE
 from ._store._schema import schedules_table
 from .errors import ConfigError, TryAgainLater
+
+if TYPE_CHECKING:  # the ORM is the SQLAlchemy integration's, imported where it runs
+    from sqlalchemy.orm import Session
 
 TABLE = "stator_schedules"
 LEASE_TIMEOUT = 10.0  # seconds a firing may take (its lease is longer, see the graph)
@@ -177,6 +179,8 @@ class ScheduleRowBase:
     missed: int
 
     def stator_fire(self) -> None:
+        from sqlalchemy.orm import Session
+
         session = Session.object_session(self)
         assert session is not None  # the handler's session holds the claimed row
         fire(self, _SessionActions(session, self.stator_models))
@@ -184,6 +188,8 @@ class ScheduleRowBase:
 
 def schedule_model(models: Sequence[type]) -> type:
     """A model class over ``stator_schedules`` for one Stator (each has its own mapping)."""
+    from sqlalchemy.orm import registry
+
     by_name = {model.__table__.name: model for model in models}  # type: ignore[attr-defined]
     cls = type("ScheduleRow", (ScheduleRowBase,), {"stator_models": by_name})
     registry().map_imperatively(cls, schedules_table)

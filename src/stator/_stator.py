@@ -14,14 +14,13 @@ from typing import Any
 from sqlalchemy import URL, ColumnElement, Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.orm import Session
 
 from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
 from ._schedules import Schedule, parse_for_models, schedule_report, sync, with_schedule_model
-from ._store import StateCount, Store, TrackedModel
+from ._store import StateCount, TrackedModel
 from ._store._counts import every_state
 from ._store._engine import create_engine_for
 from ._store._limit_usage import StateLimit, limit_usage
@@ -29,7 +28,6 @@ from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
-from .sqlalchemy import StatorMixin
 
 RECENT = timedelta(minutes=5)
 LIVE_AFTER = timedelta(seconds=30)
@@ -70,6 +68,10 @@ class Stator:
         listen_url: str | None = None,
         schedules: dict[str, dict[str, Any]] | None = None,
     ) -> None:
+        # The SQLAlchemy driver and ORM, here: a Django worker (``_over_store``) never loads them.
+        from ._store._store import Store
+        from .sqlalchemy import StatorMixin
+
         if not models:
             raise ConfigError("Stator needs at least one model")
         for model in models:
@@ -296,6 +298,8 @@ class Stator:
         self, model: type, to: State | str, *where: ColumnElement[bool]
     ) -> int:
         """Move every row of ``model`` matching ``where`` to ``to`` in one statement; commits."""
+        from sqlalchemy.orm import Session
+
         if model not in self.models:
             raise ConfigError(f"{model.__name__} is not one of this Stator's models")
         with Session(self.engine) as session:
@@ -331,9 +335,7 @@ class Stator:
             for w in self.store.workers(names)
         ]
         return {
-            "database": self.url,
-            "now": now.isoformat(),
-            "models": models,
+            "database": self.url, "now": now.isoformat(), "models": models,
             "workers": [_jsonable(w) for w in workers],
             "errors": [{**_jsonable(e.as_row()), "model": label[e.model], "table": e.model}
                        for e in self.store.recent_errors(models=names)],
@@ -385,10 +387,9 @@ def check_concurrency(concurrency: int) -> None:
 
 
 def _check_liveness_file(path: Path) -> None:
-    """Check, before the worker starts, that the liveness file can be written (a missing
-    folder or a read-only one is one clear error, not a crash later), without creating it:
-    the file appearing is the probe's sign that the worker is up, so it must not exist
-    before the worker can take a signal."""
+    """Check, before the worker starts, that the liveness file can be written (a missing or
+    read-only folder is one clear error, not a crash later), without creating it: its
+    appearing is the probe's sign that the worker is up, able to take a signal."""
     target = path if path.exists() else path.parent
     problem = None
     if not target.is_dir() and target is path.parent:

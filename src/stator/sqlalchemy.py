@@ -16,10 +16,10 @@ from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column
 from ._clock import Clock, SystemClock
 from ._graph import State, StateGraph
 from ._policy import first_due
+from ._store._schema import STATOR_COLUMNS
 from ._types import UTCDateTime, utc_now_plus
 from .errors import ConfigError, GraphError
 
-STATOR_COLUMNS = ("state", "state_changed", "state_next", "state_attempts")
 CLAIM_INDEX_WHERE = "state_next IS NOT NULL"
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 

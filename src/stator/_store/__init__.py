@@ -2,7 +2,10 @@
 its typed records (``_records.py``), the SQL both drivers share (statements, every difference
 between databases in ``_dialects``, Stator's own tables), and the SQLAlchemy driver
 (``Store``).  The Django driver (``_django.py``) is imported only where Django is, so it is
-not exported here."""
+not exported here.  ``Store`` is imported when first asked for: it brings SQLAlchemy's ORM,
+which a Django worker, holding only the shared parts, never loads."""
+
+from typing import TYPE_CHECKING, Any
 
 from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
 from ._records import (
@@ -14,9 +17,11 @@ from ._records import (
     StatsPeriod,
     WorkerRecord,
 )
-from ._store import Store
 from ._tracked import TrackedModel
 from .interface import Driver
+
+if TYPE_CHECKING:
+    from ._store import Store
 
 __all__ = [
     "BEGIN_OPTION",
@@ -34,3 +39,11 @@ __all__ = [
     "WorkerRecord",
     "dialect_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Store":
+        from ._store import Store
+
+        return Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

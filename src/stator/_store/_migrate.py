@@ -22,10 +22,10 @@ from sqlalchemy.schema import CreateTable
 from .._clock import Clock
 from .._policy import first_due
 from ..errors import SchemaError
-from ..sqlalchemy import STATOR_COLUMNS
 from . import _schema
 from ._dialects import SqlDialect, dialect_named, use_wal
 from ._operations import WRITE
+from ._schema import STATOR_COLUMNS
 from ._tracked import TrackedModel
 
 SQLITE_ADDED_SENTINEL = "0001-01-01 00:00:00.000000"  # "the insert's time", see migrate

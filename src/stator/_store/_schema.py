@@ -41,6 +41,8 @@ from sqlalchemy import (
 from .._types import UTCDateTime, utc_now_plus
 
 SCHEMA_VERSION = 4
+# The columns Stator adds to an application's table (``StatorMixin``, ``StatorModel``).
+STATOR_COLUMNS = ("state", "state_changed", "state_next", "state_attempts")
 
 metadata = MetaData()
 

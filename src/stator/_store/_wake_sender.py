@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, event, text
-from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:  # not imported at run time: the Django driver sends wakes without the ORM
+    from sqlalchemy.orm import Session
 
 from .. import _local_wakeups
 from ._dialects import SqlDialect

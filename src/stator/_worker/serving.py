@@ -19,6 +19,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 from sqlalchemy.exc import DBAPIError
 
 from .._board import ThreadState
-from .._console import err, error_line, fail
+from .._console import error_line, fail, stderr_may_be_terminal
 from .._outage import Outage, is_transient
 from ..errors import StatorError
 from ._coordinator import COORDINATOR, Worker
@@ -96,8 +97,15 @@ def exit_if_hung(worker: Worker, summary: RunSummary) -> None:
 
 
 def force_exit(message: str) -> NoReturn:
-    """The second stop signal: no waiting for anything, not even the interpreter's exit."""
-    err.print(message, highlight=False)
+    """The second stop signal: no waiting for anything, not even the interpreter's exit (nor
+    an import of rich, in a signal handler, where stderr is no terminal)."""
+    if stderr_may_be_terminal():
+        from .. import _console
+
+        _console.err.print(message, highlight=False)
+    else:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
     os._exit(EXIT_FORCED)
 
 

@@ -32,8 +32,6 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .._clock import SystemClock
 from .._graph import State, StateGraph, role
-from .._graph_layout import layout
-from .._graph_svg import extent, to_svg
 from .._graph_text import to_dot, to_mermaid
 from .._store import _dashboard, _operator_actions
 from ..errors import TransitionConflict, TransitionError
@@ -137,7 +135,14 @@ class StatorAdmin:
 
 def state_graph_html(graph: type[StateGraph], current: str | None,
                      text_format: str = "mermaid") -> SafeString:
-    """The change page's graph: the drawing with ``current`` marked, and its text to copy."""
+    """The change page's graph: the drawing with ``current`` marked, and its text to copy.
+
+    The drawing's modules are imported here, not with the admin: their layout library
+    (grandalf, with numpy) would otherwise load in every process of a project with the admin,
+    ``runstator`` workers included."""
+    from .._graph_layout import layout
+    from .._graph_svg import extent, to_svg
+
     roles = {name: role(state) for name, state in graph.states.items()}
     captions = {**roles, **({current: "current state"} if current in roles else {})}
     svg = to_svg(graph, roles, current=current, captions=captions, rates=False)

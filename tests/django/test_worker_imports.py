@@ -1,0 +1,69 @@
+"""What a ``runstator`` worker process loads: not SQLAlchemy's ORM (the Django driver holds
+only the engine's shared SQL parts), not rich while its output is no terminal, not the
+dashboard's web stack nor the admin's graph layout (grandalf, numpy).  Each is a part of a
+worker's start-up time (issue 21, item 9); this checks the modules, not the time.
+
+A real worker in a process of its own, on SQLite and PostgreSQL, runs a row (and, on Django
+>= 6.0, a task) to its end; then the modules it loaded are read."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from test_django_processes import HERE, TIMEOUT, project
+
+HAS_TASKS = importlib.util.find_spec("django.tasks") is not None
+if HAS_TASKS:
+    from tasks_conformance.test_conformance_worker import PROJECT, project_env
+    from tasks_conformance.test_conformance_worker import manage as task_manage
+
+__all__ = ["project", "project_env"]  # fixtures of the other test modules
+pytestmark = pytest.mark.slow
+
+NOT_LOADED = ("sqlalchemy.orm", "rich", "prometheus_client", "starlette", "uvicorn", "click",
+              "jinja2", "grandalf", "numpy", "stator.dashboard", "stator.cli")
+
+# After the run: the worker's modules, those of NOT_LOADED among them (stderr is a pipe).
+REPORT = (
+    "import json, sys\n"
+    f"unwanted = {NOT_LOADED!r}\n"
+    "loaded = sorted(m for m in sys.modules"
+    " if any(m == u or m.startswith(u + '.') for u in unwanted))\n"
+    "print('LOADED=' + json.dumps(loaded))\n"
+)
+
+
+def loaded_after(env: dict[str, str], setup: str, cwd: str) -> list[str]:
+    code = (
+        "import django\ndjango.setup()\n"
+        "from django.core.management import call_command\n"
+        f"{setup}\n"
+        "call_command('runstator', '--until-idle', '--idle-window', '0')\n"
+        f"{REPORT}"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    assert "stopped (idle): 1 rows processed" in done.stderr, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("LOADED="))
+    found: list[str] = json.loads(line.removeprefix("LOADED="))
+    return found
+
+
+def test_a_model_worker_loads_no_orm_rich_nor_web_stack(project: dict[str, str]) -> None:
+    """The test project has Django's admin (and Stator's) installed, as most projects do."""
+    setup = ("from djtest.orders.models import Order\n"
+             "Order.objects.create(paid=True)")
+    assert loaded_after(project, setup, str(HERE)) == []
+
+
+@pytest.mark.skipif(not HAS_TASKS, reason="the task backend needs Django >= 6.0")
+def test_a_task_worker_loads_no_orm_rich_nor_web_stack(project_env: dict[str, str]) -> None:
+    task_manage(project_env, "migrate", "-v", "0")
+    env = {**project_env, "DJANGO_SETTINGS_MODULE": "settings"}
+    setup = "from jobs import noop\nnoop.enqueue()"
+    assert loaded_after(env, setup, str(PROJECT)) == []
