@@ -202,7 +202,7 @@ class SchemaKeeper:
                 if not insp.has_table(name):
                     found.append(f"table {name} does not exist: {self.migrate_hint}")
                     continue
-                columns = {c["name"] for c in insp.get_columns(name)}
+                columns = _column_names(conn, name)
                 missing = [c for c in STATOR_COLUMNS if c not in columns]
                 if missing:
                     lacking = ", ".join(missing)
@@ -215,6 +215,14 @@ class SchemaKeeper:
         found = self.problems()
         if found:
             raise SchemaError("; ".join(found))
+
+
+def _column_names(conn: Connection, table: str) -> set[str]:
+    """The columns of ``table`` (which exists), read from an empty result: one plain query,
+    where the inspector's reflection builds and compiles its catalogue queries first (about
+    15 ms of a worker's start on PostgreSQL)."""
+    quoted = conn.dialect.identifier_preparer.quote(table)
+    return set(conn.exec_driver_sql(f"SELECT * FROM {quoted} WHERE 1 = 0").keys())
 
 
 def missing_sqlite_file(engine: Engine) -> Path | None:
