@@ -32,3 +32,18 @@ def limit_problems(
             yield "max_running as a mapping needs at least one key value, each a str"
     if key is not None and not (isinstance(key, str) and key.isidentifier()):
         yield f"limit_key must be a column name (got {key!r})"
+
+
+def next_cursor(cursor: object, served: list[object]) -> object:
+    """Where the next claim's walk of a state's keys starts (``:lcur_<i>``): after the last
+    key this claim served, in the walk's order (the keys after ``cursor``, then those up to
+    it), or ``cursor`` again when it served none.  Compared in Python: where its order is not
+    the database's (strings under a collation), the walk still moves on by at least one key
+    a claim, so every key keeps being served, only less evenly."""
+    if not served:
+        return cursor
+    try:
+        wrapped = [k for k in served if cursor is not None and k <= cursor]  # type: ignore[operator]
+        return max(wrapped or served)  # type: ignore[type-var]
+    except TypeError:  # values that do not compare: any key served moves the walk on
+        return served[-1]

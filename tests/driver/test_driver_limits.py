@@ -194,3 +194,46 @@ def test_a_graph_without_limits_keeps_the_plain_claim(rig: Rig) -> None:
     sql = driver.tracked[0].sql
     assert sql.claim_lock is None and sql.claim is not None
     assert "stator_room" not in sql.claim and "RECURSIVE" not in sql.claim
+
+
+def keyed_rows(rig: Rig, driver: Driver, clock: ManualClock, keys: list[str], each: int,
+               first: int = 1) -> dict[int, str]:
+    """``each`` due rows per key, the last key's the longest due; their keys by primary key."""
+    now, rows, by_pk = clock.now(), [], {}
+    for n, key in enumerate(keys):
+        for j in range(each):
+            pk = first + n * each + j
+            by_pk[pk] = key
+            rows.append({"id": pk, "state": "send", "state_changed": now, "domain": key,
+                         "state_next": now - timedelta(seconds=len(keys) - n, milliseconds=-j)})
+    rig.insert(driver, *rows)
+    return by_pk
+
+
+def test_a_claim_walks_a_window_of_keys_round_robin_and_reaches_every_key(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """More keys than a claim looks at (its batch): each claim takes the keys after the last
+    one the previous claim served, wrapping round, so every key is served once before any is
+    served again, the longest-due key included, whatever how long each has waited."""
+    driver = limited_driver(rig, PerDomain)
+    keys = [f"k{n:02}" for n in range(30)]
+    by_pk = keyed_rows(rig, driver, clock, keys, 3)
+    walk = keys * 2  # one each, in the walk's order, before any second; then round again
+    for n in range(15):
+        got = claim(driver, clock, 4)
+        assert sorted(by_pk[pk] for pk in got) == sorted(walk[n * 4:n * 4 + 4])
+        for pk in got:  # finished: the key has its room back
+            rig.update(driver, pk, state="sent", state_next=None)
+
+
+def test_full_keys_are_passed_by_without_filling_the_window(rig: Rig, clock: ManualClock) -> None:
+    """Twenty keys at their limit between the cursor and the keys with room: a claim of two
+    still gets two rows, from keys it reaches by walking past the full ones."""
+    driver = limited_driver(rig, PerDomain)
+    keyed_rows(rig, driver, clock, [f"k{n:02}" for n in range(20)], 3)
+    assert len(claim(driver, clock)) == 40  # two of each: every key full
+    by_pk = keyed_rows(rig, driver, clock, ["k05x", "k10x", "k15x"], 1, first=100)
+    assert sorted(by_pk[pk] for pk in claim(driver, clock, 2)) == ["k05x", "k10x"]
+    assert [by_pk[pk] for pk in claim(driver, clock, 2)] == ["k15x"]
+    assert claim(driver, clock, 2) == []

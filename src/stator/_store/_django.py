@@ -234,6 +234,7 @@ class DjangoStore(SharedParts):
             if connections[self.alias].in_atomic_block:
                 sql = tracked.sql.claim_joined or sql
             rows = self.ops.run_claim(text(sql), params, tracked.sql.claim_lock)
+        self.ops.claimed(tracked, rows)
         return [self._materialise(tracked, row) for row in rows]
 
     def _claim_on_psycopg(

@@ -1,18 +1,22 @@
 """The claim of a graph with concurrency limits (``State(max_running=…)``), in one statement.
 
 Built only for a graph that declares a limit: any other graph's claim is the plain one of
-``_statements.py``, unchanged.  Per limited state the statement finds the keys that have due
-rows (a skip scan over the ``(state, key, state_next)`` index: one probe per key, however
-many rows each key has due), counts the running rows of every key at once (``state_next``
-still equal to the lease the claim copied into the model's lease column, and still in the
-future: an expired lease frees its room by itself), and takes from each key at most its
-room, oldest due first.  The picks of every key are interleaved round robin (each key's
-first, then each key's second…) and then shared with the other states as the plain claim
-shares them.  A key at its limit costs its probe, never a scan of its due rows, and never
-holds up another key; but every key with due rows costs its probe in every claim (about
-0.03-0.05 ms each on PostgreSQL here: see ``stator bench --scenario limits``).  Running rows
-are counted without the worker's own filters (``where``, the pause): a limit holds across
-every worker, whatever each one runs.
+``_statements.py``, unchanged.  Per limited state the statement counts the running rows of
+every key at once (``state_next`` still equal to the lease the claim copied into the model's
+lease column, and still in the future: an expired lease frees its room by itself), then walks
+a window of the keys that have due rows (a skip scan over the ``(state, key, state_next)``
+index: one probe per key, however many rows each key has due): the keys after the last one
+the previous claim of this worker served, wrapping round to the first, until it has found as
+many keys with room as the claim takes rows.  It takes from each of those keys at most its
+room, oldest due first; the picks are interleaved round robin (each key's first in the walk's
+order, then each key's second…) and then shared with the other states as the plain claim
+shares them.  So successive claims serve the keys in turn, every one of them, and a claim's
+cost does not grow with the number of keys: it probes at most ``:limit`` keys with room plus
+the full ones it passes (each holds a running row, so no more of them than rows running).
+A full key costs its probe, never a scan of its due rows, and never holds up another key.
+Running rows are counted without the worker's own filters (``where``, the pause): a limit
+holds across every worker, whatever each one runs.  Where the walk starts (``:lcur_<i>``) is
+the worker's own memory (``SqlOperations.claimed``): each worker walks the keys in turn.
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ def limited_claim_sql(
         limit = t.limits.get(state.name)
         if limit is None:
             plain = plain_rows(state.name)
-            branches.append(f"SELECT {pk}, state, state_next{picked}, 1 AS stator_krn "
-                            f"FROM ({plain}) AS b{i}")
+            branches.append(f"SELECT {pk}, state, state_next{picked}, 1 AS stator_krn, "
+                            f"0 AS stator_walk FROM ({plain}) AS b{i}")
             continue
         ctes.extend(_room_ctes(t, i, state.name, limit, extra))
         due = (f"state = '{state.name}' AND state_next IS NOT NULL AND state_next <= :now"
@@ -58,8 +62,9 @@ def limited_claim_sql(
         cap = ":limit" if isinstance(most, Mapping) else str(int(most))
         source = d.key_rows(f"r{i}", table, pk, f"state_next{picked}", where, order, cap)
         branches.append(
-            f"SELECT {pk}, '{state.name}' AS state, state_next{picked}, stator_krn FROM "
-            f"(SELECT q.{pk}, q.state_next{q_picked}, r.stator_room, row_number() OVER "
+            f"SELECT {pk}, '{state.name}' AS state, state_next{picked}, stator_krn, stator_walk "
+            f"FROM (SELECT q.{pk}, q.state_next{q_picked}, r.stator_room, r.stator_walk, "
+            f"row_number() OVER "
             f"(PARTITION BY r.stator_lkey ORDER BY {q_order}) AS stator_krn FROM {source} "
             f"WHERE r.stator_room > 0) AS p{i} WHERE stator_krn <= stator_room"
         )
@@ -67,7 +72,8 @@ def limited_claim_sql(
     return (
         f"WITH RECURSIVE {', '.join(ctes)}, "
         f"due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
-        f"(PARTITION BY state ORDER BY stator_krn, {order}) AS rn FROM ({union}) AS c), "
+        f"(PARTITION BY state ORDER BY stator_krn, stator_walk, {order}) AS rn "
+        f"FROM ({union}) AS c), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET {update} "
         f"WHERE {pk} IN (SELECT {pk} FROM picked){lease_commit} RETURNING {returning}"
@@ -75,40 +81,78 @@ def limited_claim_sql(
 
 
 def _room_ctes(t: TrackedModel, i: int, name: str, limit: Limit, extra: str) -> list[str]:
-    """``r{i}``: each key of state ``name`` with due rows and its room (one row, for a limit
-    without a key); with a key, ``k{i}`` first: the keys themselves, by skip scan."""
+    """``r{i}``: the keys of state ``name`` this claim looks at, each with its room and its
+    place in the walk (one row, for a limit without a key).  With a key, the window of keys:
+    ``ka{i}`` walks the keys with due rows after ``:lcur_{i}`` (the last key the previous
+    claim served), ``kb{i}`` wraps round to the first ones, each an index probe per key,
+    until ``:limit`` keys with room are found (no claim serves more keys than it takes
+    rows); a key at its limit is passed by without counting.  So a claim probes at
+    most ``:limit`` keys plus the full ones (each holds a running row: no more than the
+    workers run), however many keys have due rows."""
     table, lease = t.quoted_table, t.lease_column
     most, key = limit
     if key is None:
         running = (f"SELECT count(*) FROM {table} WHERE state = '{name}' "
                    f"AND state_next > :now AND {lease} = state_next")
-        return [f"r{i} AS (SELECT 1 AS stator_lkey, {most} - ({running}) AS stator_room)"]
+        return [f"r{i} AS (SELECT 1 AS stator_lkey, {most} - ({running}) AS stator_room, "
+                f"1 AS stator_walk)"]
     due = f"state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra}"
-    # Each next key as an ordered index probe (``ORDER BY … LIMIT 1``, not ``min()``, which
-    # SQLite answers by reading every entry after the last key).
-    keys = (
-        f"k{i}(stator_k) AS (SELECT (SELECT {key} FROM {table} WHERE {due} "
-        f"ORDER BY {key} LIMIT 1) "
-        f"UNION ALL SELECT (SELECT {key} FROM {table} WHERE {due} "
-        f"AND {key} > k{i}.stator_k ORDER BY {key} LIMIT 1) "
-        f"FROM k{i} WHERE k{i}.stator_k IS NOT NULL)"
-    )
-    if isinstance(most, Mapping):
-        whens = " ".join(f"WHEN {_literal(v)} THEN {int(n)}" for v, n in most.items())
-        cap = f"CASE k{i}.stator_k {whens} END"
-    else:
-        cap = str(int(most))
+    cursor = f":lcur_{i}"
     # Running rows are counted once for every key (one range of the claim index: the rows
     # held or scheduled later), not once per key; a value a mapping does not list has no
-    # limit: its room is the whole claim's.
-    busy = (f"b{i}(stator_k, stator_n) AS (SELECT {key}, count(*) FROM {table} "
+    # limit: its room is the whole claim's.  The running rows are read as a subquery with a
+    # LIMIT no count reaches, which SQLite does not merge into the GROUP BY: merged, it
+    # would read the whole state in key order (the key index) to skip the grouping's sort,
+    # not the range of rows not due yet (the claim index).
+    busy = (f"b{i}(stator_k, stator_n) AS (SELECT stator_k, count(*) FROM "
+            f"(SELECT {key} AS stator_k FROM {table} "
             f"WHERE state = '{name}' AND state_next > :now AND {lease} = state_next "
-            f"GROUP BY {key})")
-    room = (f"SELECT k{i}.stator_k AS stator_lkey, "
-            f"COALESCE({cap} - COALESCE(b{i}.stator_n, 0), :limit) AS stator_room "
-            f"FROM k{i} LEFT JOIN b{i} ON b{i}.stator_k = k{i}.stator_k "
-            f"WHERE k{i}.stator_k IS NOT NULL")
-    return [keys, busy, f"r{i} AS ({room})"]
+            f"LIMIT {_UNCAPPED}) AS h{i} GROUP BY stator_k)")
+
+    def walk(k: str, first: str, go_on: str, counted: str) -> str:
+        # Each next key as an ordered index probe (``ORDER BY … LIMIT 1``, not ``min()``,
+        # which SQLite answers by reading every entry after the last key); ``stator_w``: the
+        # keys with room before this one.
+        # A key's running rows by one range of the key index (not a lookup in ``b{i}``,
+        # which PostgreSQL would scan whole for every key).
+        held = (f"SELECT count(*) FROM {table} WHERE state = '{name}' "
+                f"AND {key} = {k}.stator_k AND state_next > :now AND {lease} = state_next")
+        has_room = f"CASE WHEN ({held}) >= {_cap(most, k)} THEN 0 ELSE 1 END"
+        return (
+            f"{k}(stator_k, stator_w, stator_p) AS (SELECT (SELECT {key} FROM {table} "
+            f"WHERE {due}{first} ORDER BY {key} LIMIT 1), {counted}, 0 "
+            f"UNION ALL SELECT (SELECT {key} FROM {table} WHERE {due} "
+            f"AND {key} > {k}.stator_k ORDER BY {key} LIMIT 1), "
+            f"{k}.stator_w + {has_room}, {k}.stator_p + 1 FROM {k} "
+            f"WHERE {k}.stator_k IS NOT NULL{go_on} AND {k}.stator_w + {has_room} < :limit)"
+        )
+
+    after = walk(f"ka{i}", f" AND {key} > {cursor}", "", "0")
+    # Round to the first keys (those up to the cursor), for the room the keys after it left.
+    found = (f"(SELECT count(*) FROM ka{i} LEFT JOIN b{i} ON b{i}.stator_k = ka{i}.stator_k "
+             f"WHERE ka{i}.stator_k IS NOT NULL "
+             f"AND COALESCE(b{i}.stator_n < {_cap(most, f'ka{i}')}, TRUE))")
+    before = walk(f"kb{i}", "", f" AND COALESCE(kb{i}.stator_k < {cursor}, TRUE)", found)
+    window = (f"w{i}(stator_k, stator_p) AS (SELECT stator_k, stator_p FROM ka{i} "
+              f"WHERE stator_k IS NOT NULL UNION ALL SELECT stator_k, stator_p + "
+              f"(SELECT count(*) FROM ka{i}) FROM kb{i} WHERE stator_k IS NOT NULL "
+              f"AND COALESCE(stator_k <= {cursor}, TRUE) AND stator_w < :limit)")
+    room = (f"SELECT w{i}.stator_k AS stator_lkey, "
+            f"COALESCE({_cap(most, f'w{i}')} - COALESCE(b{i}.stator_n, 0), :limit) "
+            f"AS stator_room, w{i}.stator_p AS stator_walk "
+            f"FROM w{i} LEFT JOIN b{i} ON b{i}.stator_k = w{i}.stator_k")
+    return [busy, after, before, window, f"r{i} AS ({room})"]
+
+
+_UNCAPPED = 1_000_000_000_000  # rows: more than any table holds
+
+
+def _cap(most: int | Mapping[str, int], keys: str) -> str:
+    """The limit of ``{keys}.stator_k``: NULL for a value a mapping does not list."""
+    if isinstance(most, Mapping):
+        whens = " ".join(f"WHEN {_literal(v)} THEN {int(n)}" for v, n in most.items())
+        return f"CASE {keys}.stator_k {whens} END"
+    return str(int(most))
 
 
 def _literal(text: str) -> str:

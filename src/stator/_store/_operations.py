@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, insert, text
 from sqlalchemy.exc import DBAPIError
 
 from .._clock import Clock
+from .._limits import next_cursor
 from .._policy import Write
 from .._time_text import to_sqlite_text
 from ..errors import ConfigError
@@ -53,6 +54,9 @@ class SqlOperations:
         self.one_statement_writes: Final = autocommit_writes and dialect.one_statement_writes
         self._notify_limit = _wake_sender.NotifyLimit()
         self._writer = writer_lock(dialect)
+        # Per model and keyed limited state: the key its last claim served last (where the
+        # next claim's window of keys starts: ``_limit_statements``).
+        self._cursors: dict[tuple[str, int], Any] = {}
 
     def run_claim(
         self, statement: Any, params: dict[str, Any], lock: str | None = None
@@ -71,7 +75,25 @@ class SqlOperations:
         params: dict[str, Any] = {"now": self.dialect.ts(now), "limit": limit}
         for i, state in enumerate(tracked.graph.scheduled_states()):
             params[f"lease_{i}"] = self.dialect.ts(now + timedelta(seconds=state.lease))
+            if state.name in tracked.limits and tracked.limits[state.name][1] is not None:
+                params[f"lcur_{i}"] = self._cursors.get((tracked.name, i))
         return params
+
+    def claimed(self, tracked: TrackedModel, rows: Sequence[Sequence[Any]]) -> None:
+        """Note the keys a claim of ``tracked`` served (``rows`` in table column order), for
+        where the next claim's window starts; nothing for a model without keyed limits."""
+        if not tracked.limited:
+            return
+        columns = tracked.quoted_columns
+        state_at = list(tracked.table.c.keys()).index("state")
+        for i, state in enumerate(tracked.graph.scheduled_states()):
+            limit = tracked.limits.get(state.name)
+            if limit is None or limit[1] is None:
+                continue
+            at = columns.index(limit[1])
+            served = [row[at] for row in rows if row[state_at] == state.name]
+            place = (tracked.name, i)
+            self._cursors[place] = next_cursor(self._cursors.get(place), served)
 
     def write(
         self, tracked: TrackedModel, writes: Sequence[Write], conn: Connection | None = None,

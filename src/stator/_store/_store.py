@@ -154,6 +154,7 @@ class Store(SharedParts):
         if not loader.fast:
             return self._claim_orm(tracked, sql, params)
         rows = self.ops.run_claim(loader.statement, params, tracked.sql.claim_lock)
+        self.ops.claimed(tracked, rows)
         return [loader.load(row) for row in rows]
 
     def _claim_orm(
@@ -168,6 +169,8 @@ class Store(SharedParts):
             objects = list(session.scalars(statement, params))
             session.commit()
             session.expunge_all()
+        keys = self._loader(tracked).keys
+        self.ops.claimed(tracked, [[getattr(obj, k) for k in keys] for obj in objects])
         return [(obj, _claimed(obj, tracked)) for obj in objects]
 
 class _Loader:
