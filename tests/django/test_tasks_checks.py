@@ -38,3 +38,17 @@ def test_bad_options_are_named_by_the_check() -> None:
         assert ids == ["stator.E022", "stator.E024", "stator.E023"]
     with override_settings(TASKS={"default": {"BACKEND": BACKEND}}):
         assert task_backends["default"].check() == []
+
+
+@pytest.mark.skipif(not HAS_TASKS, reason="the task backend needs Django >= 6.0")
+def test_bad_limits_are_named_by_the_check() -> None:
+    from django.tasks import task_backends
+
+    options = {"QUEUE_LIMITS": {"mail": 0}, "TASK_LIMITS": {"send_mail": 2, "a.b": True}}
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND, "OPTIONS": options}}):
+        messages = [(m.id, m.msg) for m in task_backends["default"].check()]
+    assert [i for i, _m in messages] == ["stator.E025"] * 3
+    assert "QUEUE_LIMITS" in messages[0][1] and "dotted path" in messages[1][1]
+    good = {"QUEUE_LIMITS": {"mail": 2}, "TASK_LIMITS": {"app.tasks.send_mail": 3}}
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND, "OPTIONS": good}}):
+        assert task_backends["default"].check() == []

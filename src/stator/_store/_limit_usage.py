@@ -59,12 +59,14 @@ class StateLimit:
 
 
 def limit_usage(store: Store, now: datetime, busiest: int = BUSIEST) -> list[StateLimit]:
-    """Every limited state of every model, in declaration order."""
+    """Every limited state of every model, in declaration order (a state under several
+    limits once per limit: a task's queue, then its own)."""
     out: list[StateLimit] = []
     bound = {"now": store.dialect.ts(now)}
     with store.engine.connect() as conn:
         for t in store.tracked:
-            for name, (most, key) in t.limits.items():
+            also = [(n, one) for n, more in t.also_limits.items() for one in more]
+            for name, (most, key) in [*t.limits.items(), *also]:
                 running = (f"FROM {t.quoted_table} WHERE state = '{name}' "
                            f"AND state_next > :now AND {t.lease_column} = state_next")
                 if key is None:

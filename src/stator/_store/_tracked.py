@@ -63,6 +63,9 @@ class TrackedModel:
     # from the graph's ``State(max_running=…)`` and the model's ``stator_claim_limits``
     # (``_limit_statements``).
     limits: dict[str, Limit] = field(default_factory=dict)
+    # More limits a state's rows are under, each per key too (a task under its queue's limit
+    # and its own): a row runs only while every one of its keys has room.
+    also_limits: dict[str, tuple[Limit, ...]] = field(default_factory=dict)
 
     @property
     def limited(self) -> bool:
@@ -84,11 +87,13 @@ class TrackedModel:
     @classmethod
     def from_table(
         cls, model: type, table: Table, pk_attr: str, dialect: SqlDialect, sa_dialect: Dialect,
-        where: str | None = None, limits: Mapping[str, Limit] | None = None,
+        where: str | None = None,
+        limits: Mapping[str, Limit | Sequence[Limit]] | None = None,
     ) -> TrackedModel:
         """From a table's description, whatever declared it (a SQLAlchemy mapping, or a
         Django model's fields: see ``_django.py``).  ``limits``: concurrency limits by state
-        name, over the graph's own (the Django task backend's ``QUEUE_LIMITS``)."""
+        name, over the graph's own (the Django task backend's ``QUEUE_LIMITS``), or a list
+        of them that must all hold (with ``TASK_LIMITS``)."""
         graph = getattr(model, "state_graph", None)
         if not (isinstance(graph, type) and issubclass(graph, StateGraph)):
             raise ConfigError(f"{model.__name__}: set state_graph on the model")
@@ -130,8 +135,9 @@ class TrackedModel:
             failure_extra=getattr(model, "stator_failure_extra", None),
             lease_column=None if lease_column is None else quote.quote(lease_column),
             claim_stamps={quote.quote(c): when for c, when in stamps.items()},
-            limits={name: (most, None if key is None else quote.quote(key))
-                    for name, (most, key) in declared.items()},
+            limits={name: _quoted(quote, all_[0]) for name, all_ in declared.items()},
+            also_limits={name: tuple(_quoted(quote, one) for one in all_[1:])
+                         for name, all_ in declared.items() if len(all_) > 1},
         )
         tracked.sql = build_statements(tracked, dialect)
         return tracked
@@ -148,22 +154,27 @@ class TrackedModel:
 
 def _declared_limits(
     model: type, graph: type[StateGraph], table: Table, lease_column: str | None,
-    given: Mapping[str, Limit],
-) -> dict[str, Limit]:
+    given: Mapping[str, Limit | Sequence[Limit]],
+) -> dict[str, list[Limit]]:
     """Each limited state's (``max_running``, key column), checked against the table: the
     graph's, then ``given`` over them.  A limit needs the model's lease column: it is how a
     claim tells a running row (its ``state_next`` still the lease it was given) from one
     merely due later."""
-    limits: dict[str, Limit] = {
-        s.name: (s.max_running, s.limit_key) for s in graph.states.values()
+    limits: dict[str, list[Limit]] = {
+        s.name: [(s.max_running, s.limit_key)] for s in graph.states.values()
         if s.max_running is not None
     }
-    limits.update(given)
-    for name, (most, key) in limits.items():
+    for name, one_or_more in given.items():
+        more = [one_or_more] if isinstance(one_or_more, tuple) else list(one_or_more)
+        if more:
+            limits[name] = more
+    for name, (most, key) in ((n, one) for n, all_ in limits.items() for one in all_):
         where = f"{model.__name__}: the limit of {graph.__name__}.{name}"
         state = graph.states.get(name)
         if state is None:
             raise ConfigError(f"{where}: {graph.__name__} has no such state")
+        if key is None and len(limits[name]) > 1:
+            raise ConfigError(f"{where}: each of a state's several limits needs a limit_key")
         for problem in limit_problems(most, key, state.automatic):
             raise ConfigError(f"{where}: {problem}")
         if lease_column is None:
@@ -177,6 +188,11 @@ def _declared_limits(
                 f"{where}: limit_key={key!r} must name a NOT NULL column of {table.name}"
             )
     return limits
+
+
+def _quoted(quote: Any, limit: Limit) -> Limit:
+    most, key = limit
+    return most, None if key is None else quote.quote(key)
 
 
 def label_of(model: Any) -> str:

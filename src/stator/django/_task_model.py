@@ -39,6 +39,7 @@ from ._task_options import (
     option,
     queue_limits,
     stator_backends,
+    task_limits,
 )
 from .fields import StatorDateTimeField
 
@@ -107,11 +108,14 @@ class StatorTask(StatorModel):
     stator_claim_stamps = {"started_at": "first", "last_attempted_at": "each"}
 
     @classmethod
-    def stator_claim_limits(cls) -> dict[str, tuple[dict[str, int], str]]:
+    def stator_claim_limits(cls) -> dict[str, list[tuple[dict[str, int], str]]]:
         """``OPTIONS["QUEUE_LIMITS"]``: at most N ready tasks of a queue held at once (the
-        claim counts them by the lease in ``leased_until``); other queues unlimited."""
-        limits = queue_limits()
-        return {"ready": (limits, "queue_name")} if limits else {}
+        claim counts them by the lease in ``leased_until``); ``OPTIONS["TASK_LIMITS"]``:
+        at most N of a task path, whatever its queue.  A task under both runs only while
+        both have room; other queues and tasks unlimited."""
+        limits = [(most, column) for most, column in (
+            (queue_limits(), "queue_name"), (task_limits(), "task_path")) if most]
+        return {"ready": limits} if limits else {}
 
     class Meta:
         app_label = "stator"
@@ -126,6 +130,11 @@ class StatorTask(StatorModel):
             # probe per queue, however many tasks wait (``_limit_statements``).
             models.Index(
                 fields=["state", "queue_name", "state_next"], name="stator_tasks_queue",
+                condition=models.Q(state_next__isnull=False),
+            ),
+            # And each task path's, under TASK_LIMITS alone.
+            models.Index(
+                fields=["state", "task_path", "state_next"], name="stator_tasks_task",
                 condition=models.Q(state_next__isnull=False),
             ),
         ]

@@ -57,18 +57,41 @@ def queue_limits() -> dict[str, int]:
     tasks of a queue running at once, across every worker.  Read when a worker starts (not
     when the graph is made), so a limit can change with a restart.  Two backends naming one
     queue: the smaller limit holds, since both share the one table."""
+    return _merged("QUEUE_LIMITS")
+
+
+def task_limits() -> dict[str, int]:
+    """``OPTIONS["TASK_LIMITS"]``, merged as ``queue_limits``: at most this many running
+    tasks of a task path (``"app.tasks.send_mail"``), across every worker and queue."""
+    return _merged("TASK_LIMITS")
+
+
+def limit_problems(name: str, given: Any) -> list[str]:
+    """What is wrong with a backend's ``OPTIONS[name]`` (``QUEUE_LIMITS``, ``TASK_LIMITS``):
+    raised when a worker reads it, and reported by ``manage.py check`` (``stator.E025``)."""
+    what = "queue names" if name == "QUEUE_LIMITS" else "task paths (module.function)"
+    if given is None:
+        return []
+    if not isinstance(given, dict):
+        return [f'OPTIONS["{name}"] must map {what} to numbers (got {given!r})']
+    problems = []
+    for key, most in given.items():
+        if not isinstance(key, str) or not key:
+            problems.append(f'OPTIONS["{name}"] must map {what} to numbers (got key {key!r})')
+        elif name == "TASK_LIMITS" and "." not in key:
+            problems.append(f'OPTIONS["{name}"][{key!r}] must be a task\'s dotted path, as '
+                            f'task.module_path gives it (e.g. "app.tasks.send_mail")')
+        if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+            problems.append(f'OPTIONS["{name}"][{key!r}] must be an int >= 1 (got {most!r})')
+    return problems
+
+
+def _merged(name: str) -> dict[str, int]:
     limits: dict[str, int] = {}
     for backend in stator_backends():
-        given = (backend.get("OPTIONS") or {}).get("QUEUE_LIMITS") or {}
-        if not isinstance(given, dict):
-            raise ImproperlyConfigured(
-                f'TASKS OPTIONS["QUEUE_LIMITS"] must map queue names to numbers (got {given!r})'
-            )
-        for queue, most in given.items():
-            if isinstance(most, bool) or not isinstance(most, int) or most < 1:
-                raise ImproperlyConfigured(
-                    f'TASKS OPTIONS["QUEUE_LIMITS"][{queue!r}] must be an int >= 1 '
-                    f"(got {most!r})"
-                )
-            limits[str(queue)] = min(most, limits.get(str(queue), most))
+        given = (backend.get("OPTIONS") or {}).get(name) or {}
+        for problem in limit_problems(name, given):
+            raise ImproperlyConfigured(f"TASKS {problem}")
+        for key, most in given.items():
+            limits[str(key)] = min(most, limits.get(str(key), most))
     return limits

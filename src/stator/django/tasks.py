@@ -54,6 +54,7 @@ from django.utils.module_loading import import_string
 from .._store._dialects import django_dialect
 from .._store._tasks import MAX_ARGUMENTS_BYTES, check_arguments, insert_params, insert_sql
 from ._settings import stator_settings
+from ._task_options import limit_problems
 
 if TYPE_CHECKING:
     from ._task_model import StatorTask
@@ -171,6 +172,11 @@ class StatorBackend(BaseTaskBackend):
                 f"number of bytes >= 1 or None, not {limit!r}.",
                 id="stator.E024",
             ))
+        for name in ("QUEUE_LIMITS", "TASK_LIMITS"):
+            found.extend(
+                checks.Error(f"TASKS[{self.alias!r}] {problem}.", id="stator.E025")
+                for problem in limit_problems(name, self.options.get(name))
+            )
         for name in ("keep_results", "timeout", "retry_after"):
             value = self.options.get(name)
             if value is not None and not isinstance(value, int | float | timedelta):
