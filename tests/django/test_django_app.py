@@ -16,7 +16,7 @@ from django.db import models
 from django.test.utils import isolate_apps
 from djtest.orders.models import ERRAND_RELEASE, Errand, Job, Order, OrderStates, Receipt
 
-from stator import ManualClock
+from stator import ManualClock, State, StateGraph
 from stator.django import _in_request, checks
 from stator.django._ops_models import StatorError
 from stator.django._setup import stator_settings
@@ -279,6 +279,48 @@ def test_bad_field_overrides_are_errors() -> None:
     found = {(e.id, e.msg.split(" ")[0]) for e in checks._field_problems(Wrong)}
     assert found == {("stator.E002", "Wrong.state"), ("stator.E003", "Wrong.state_history"),
                      ("stator.E004", "Wrong.state_ready")}
+
+
+class PerDomain(StateGraph):
+    send = State(timeout=10, max_running=2, limit_key="domain")
+    sent = State()
+    send.transitions_to(sent)
+
+    @classmethod
+    def check_send(cls, row: Any) -> State:
+        return cls.sent
+
+
+@isolate_apps("djtest.orders")
+def test_a_limit_key_must_be_not_null_and_indexed() -> None:
+    class Nullable(StatorModel):
+        state_graph = PerDomain
+        domain = models.CharField(max_length=50, null=True)
+
+        class Meta:
+            app_label = "orders"
+
+    class Unindexed(StatorModel):
+        state_graph = PerDomain
+        domain = models.CharField(max_length=50)
+
+        class Meta:
+            app_label = "orders"
+
+    class Indexed(StatorModel):
+        state_graph = PerDomain
+        domain = models.CharField(max_length=50)
+
+        class Meta:
+            app_label = "orders"
+            indexes = [models.Index(fields=["state", "domain", "state_next"], name="by_domain",
+                                    condition=models.Q(state_next__isnull=False))]
+
+    [null] = checks._limit_problems(Nullable)
+    assert null.id == "stator.E005" and "NOT NULL" in null.msg
+    [unindexed] = checks._limit_problems(Unindexed)
+    assert unindexed.id == "stator.W002" and "(state, domain, state_next)" in unindexed.msg
+    assert list(checks._limit_problems(Indexed)) == []
 
 
 def test_sqlite_not_in_wal_mode_is_warned(settings: Any, tmp_path: Path) -> None:

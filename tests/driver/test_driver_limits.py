@@ -237,3 +237,10 @@ def test_full_keys_are_passed_by_without_filling_the_window(rig: Rig, clock: Man
     assert sorted(by_pk[pk] for pk in claim(driver, clock, 2)) == ["k05x", "k10x"]
     assert [by_pk[pk] for pk in claim(driver, clock, 2)] == ["k15x"]
     assert claim(driver, clock, 2) == []
+
+
+def test_a_nullable_limit_key_is_refused_when_the_model_is_tracked(rig: Rig) -> None:
+    """A NULL is no key: a limit per a nullable column is refused, naming the column."""
+    with pytest.raises(ConfigError, match="limit_key='domain' must name a NOT NULL column"):
+        rig.driver(rig.model(PerDomain, times=("leased_until",), texts=("domain",),
+                             hooks=LEASED), migrate=False)

@@ -5,7 +5,9 @@ never a traceback at run time.
 - E002 a Stator field overridden with the wrong kind of field
 - E003 a ``state_history`` that is not a ``JSONField``
 - E004 a field named as in Takahē's first design, with what replaced it
+- E005 a state's ``limit_key`` names no NOT NULL field of the model
 - W001 the SQLite database is not in WAL mode
+- W002 a state's ``limit_key`` has no ``(state, key, state_next)`` index for the claim
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from django.apps import apps
 from django.core import checks
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, models
 
 from .._store._dialects import django_dialect
@@ -53,7 +56,50 @@ def check_models(app_configs: Iterable[Any] | None = None, **_kwargs: Any) -> li
                     obj=model, id="stator.E001",
                 ))
             found.extend(_field_problems(model))
+            found.extend(_limit_problems(model))
     return found
+
+
+def _limit_problems(model: Any) -> Iterable[Any]:
+    """Each ``State(limit_key=…)`` of the model's graph: the key a NOT NULL field (a NULL key
+    would be no key at all: the worker refuses it when it starts), and the index the claim
+    finds each key's due rows by, without which a claim reads every due row of the state."""
+    graph = graph_of(model)
+    if graph is None:
+        return
+    fields = {f.column: f for f in model._meta.concrete_fields}
+    fields.update({f.name: f for f in model._meta.concrete_fields})
+    for state in graph.states.values():
+        key = state.limit_key
+        if key is None:
+            continue
+        field = fields.get(key)
+        if field is None or field.null:
+            yield checks.Error(
+                f"{model.__name__}: {graph.__name__}.{state.name}'s limit_key={key!r} must "
+                f"name a NOT NULL field of the model.",
+                hint="Point limit_key at a field with null=False (a NULL is no key).",
+                obj=model, id="stator.E005",
+            )
+            continue
+        if not any(_leads_with(model, index, field.column) for index in model._meta.indexes):
+            yield checks.Warning(
+                f"{model.__name__}: {graph.__name__}.{state.name} is limited per {key!r}, "
+                f"but no index leads with (state, {field.column}, state_next): each claim "
+                f"reads every due row of the state to find the keys with room.",
+                hint=f"Add models.Index(fields=['state', '{field.name}', 'state_next'], "
+                f"name=..., condition=models.Q(state_next__isnull=False)) to Meta.indexes.",
+                obj=model, id="stator.W002",
+            )
+
+
+def _leads_with(model: Any, index: models.Index, column: str) -> bool:
+    names = [name.lstrip("-") for name in index.fields]
+    try:
+        columns = [model._meta.get_field(name).column for name in names[:3]]
+    except FieldDoesNotExist:  # Django's own check names it
+        return False
+    return columns == ["state", column, "state_next"]
 
 
 def _field_problems(model: Any) -> Iterable[Any]:
