@@ -97,3 +97,18 @@ def test_running_and_limits_are_shown_alike_everywhere(
 def test_a_limit_per_key_gets_its_claim_index() -> None:
     (index,) = [ix for ix in Delivery.__table__.indexes if ix.name == "ix_deliveries_stator_domain"]
     assert [c.name for c in index.columns] == ["state", "domain", "state_next"]
+
+
+def test_a_state_under_several_limits_is_one_series_at_its_fullest() -> None:
+    """A task under its queue's limit and its own: ``/metrics`` has one series per state
+    (two would be a duplicate sample, refused by Prometheus), at the fullest limit."""
+    from stator._store._limit_usage import LimitUsage, StateLimit
+    from stator.dashboard._dbmetrics import _limit_metrics
+
+    queue = StateLimit("t", "ready", "queue_name", 3, None,
+                       (LimitUsage("t", "ready", "mail", 3, 4),))
+    task = StateLimit("t", "ready", "task_path", 3, None,
+                      (LimitUsage("t", "ready", "app.send", 2, 2),))
+    running, saturation = _limit_metrics([queue, task], {"t": "stator.StatorTask"})
+    assert [(s.labels["state"], s.value) for s in running.samples] == [("ready", 3)]
+    assert [(s.labels["state"], s.value) for s in saturation.samples] == [("ready", 1.0)]

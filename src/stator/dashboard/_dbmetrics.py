@@ -91,8 +91,15 @@ def _limit_metrics(
         "stator_limit_saturation",
         "Running / max_running of the fullest limit of a state (its busiest key's).",
         labels=labels)
+    # One series per state: a state under several limits (a task's queue and its own) has
+    # the same running rows under each, and its fullest limit is the fullest of them.
+    by_state: dict[tuple[str, str], tuple[int, float]] = {}
     for limit in limits:
-        key = [limit.model, named.get(limit.model, limit.model), limit.state]
-        running.add_metric(key, limit.running)
-        saturation.add_metric(key, limit.saturation)
+        seen = by_state.get((limit.model, limit.state), (0, 0.0))
+        by_state[limit.model, limit.state] = (max(seen[0], limit.running),
+                                              max(seen[1], limit.saturation))
+    for (model, state), (rows, fullest) in by_state.items():
+        key = [model, named.get(model, model), state]
+        running.add_metric(key, rows)
+        saturation.add_metric(key, fullest)
     yield from (running, saturation)
