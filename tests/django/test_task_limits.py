@@ -15,13 +15,12 @@ pytest.importorskip("django.tasks", reason="the task backend needs Django >= 6.0
 import tasks_jobs
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus
-from django.test import override_settings
+from task_settings import stator_tasks as settings
 
 from stator import ManualClock, Stator
 from stator.django._setup import build_stator
 from stator.django._task_model import StatorTask
 
-BACKEND = "stator.django.tasks.StatorBackend"
 SHOUT, ADD = tasks_jobs.shout.module_path, tasks_jobs.add.module_path
 
 pytestmark = [
@@ -33,14 +32,6 @@ pytestmark = [
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(datetime.now(UTC) + timedelta(seconds=1))
-
-
-def settings(alias: str, **options: Any) -> Any:
-    return override_settings(
-        TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
-                           "OPTIONS": options}},
-        STATOR={"CONCURRENCY": 2, "DATABASE": alias},
-    )
 
 
 def engine(alias: str, clock: ManualClock) -> Stator:

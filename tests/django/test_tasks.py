@@ -24,13 +24,12 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 from djtest.orders.models import Order, OrderStates, Receipt
+from task_settings import BACKEND, stator_tasks
 
 from stator import ManualClock, Stator
 from stator.django._setup import build_stator
 from stator.django._task_model import StatorTask
 from stator.django.tasks import StatorBackend
-
-BACKEND = "stator.django.tasks.StatorBackend"
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "pg"]),
@@ -41,11 +40,7 @@ pytestmark = [
 @pytest.fixture
 def tasks(alias: str) -> Iterator[str]:
     """Stator's backend configured (tasks stored in ``alias``), as in the issue's settings."""
-    with override_settings(
-        TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
-                           "OPTIONS": {"max_attempts": 3, "retry_after": 10}}},
-        STATOR={"CONCURRENCY": 2, "DATABASE": alias},
-    ):
+    with stator_tasks(alias, max_attempts=3, retry_after=10):
         yield alias
 
 
@@ -338,12 +333,7 @@ def test_results_are_deleted_after_keep_results(tasks: str, clock: ManualClock) 
 def test_queue_limits_bound_the_running_tasks_of_a_queue(alias: str, clock: ManualClock) -> None:
     """``OPTIONS["QUEUE_LIMITS"]``: at most one ``mail`` task held at once, across every
     worker; other queues unlimited."""
-    options = {"QUEUE_LIMITS": {"mail": 1}}
-    with override_settings(
-        TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
-                           "OPTIONS": options}},
-        STATOR={"CONCURRENCY": 2, "DATABASE": alias},
-    ):
+    with stator_tasks(alias, QUEUE_LIMITS={"mail": 1}):
         mail = [tasks_jobs.shout.enqueue(str(i)) for i in range(3)]
         default = [tasks_jobs.add.enqueue(i, 1) for i in range(3)]
         stator = engine(alias, clock)

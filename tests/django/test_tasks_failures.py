@@ -24,13 +24,11 @@ import tasks_jobs
 from django.tasks import TaskResultStatus, default_task_backend
 from django.tasks.exceptions import InvalidTask, TaskResultMismatch
 from django.tasks.signals import task_finished, task_started
-from django.test import override_settings
+from task_settings import stator_tasks
 
 from stator import ManualClock, Stator
 from stator.django._setup import build_stator
 from stator.django._task_model import StatorTask, TaskStates
-
-BACKEND = "stator.django.tasks.StatorBackend"
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "pg"]),
@@ -41,11 +39,7 @@ pytestmark = [
 @pytest.fixture
 def tasks(alias: str) -> Iterator[str]:
     """Three attempts allowed: what fails at once below does so whatever max_attempts says."""
-    with override_settings(
-        TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default", "mail"],
-                           "OPTIONS": {"max_attempts": 3, "retry_after": 10}}},
-        STATOR={"CONCURRENCY": 1, "DATABASE": alias},
-    ):
+    with stator_tasks(alias, concurrency=1, max_attempts=3, retry_after=10):
         yield alias
 
 
