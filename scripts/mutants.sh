@@ -75,6 +75,7 @@ hung-cap|src/stator/_worker/_handlers.py|        if self.hung > self._options.hu
 slice-abandoned-rest|src/stator/_worker/_handlers.py|                self._requeue_rest(task.thread)|                pass|tests/worker/test_handlers.py::test_the_rest_of_a_slice_runs_when_its_thread_is_abandoned_or_dies
 slice-died-rest|src/stator/_worker/_handlers.py|            self._requeue_rest(name)|            pass|tests/worker/test_handlers.py::test_the_rest_of_a_slice_runs_when_its_thread_is_abandoned_or_dies
 slice-hand-back|src/stator/_worker/_handlers.py|for held in list(self._slices.values()):|for held in []:|tests/test_safety_lines.py::test_a_graceful_stop_hands_unstarted_rows_back_at_once
+slice-take-others|src/stator/_worker/_slices.py|    for other in list(slices.values()):|    for other in []:|tests/worker/test_handlers.py::test_a_free_thread_takes_the_rows_waiting_behind_a_slow_one
 handler-settle|src/stator/_worker/_handlers.py|                    self._executor.scopes.settle()|                    pass|tests/worker/test_handlers.py::test_a_handler_thread_settles_its_scope_before_it_waits
 scope-kept-statement|src/stator/_store/_django_scopes.py|        self._ran = True|        pass|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks
 scope-kept-callback|src/stator/_store/_django_scopes.py|self._ran or conn.run_on_commit or|self._ran or|tests/django/test_django_app.py::test_a_handler_threads_atomic_block_is_kept_only_across_untouched_tasks

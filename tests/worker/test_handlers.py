@@ -217,9 +217,9 @@ def test_a_handler_thread_that_dies_is_replaced(
 
 def hand_out_in_one_slice(p: Pool, count: int, first: str) -> None:
     """Claim ``count`` rows and hand them out as timed handlers' rows are: in slices (one
-    slice with concurrency 1), the row whose note is ``first`` at the head of it."""
+    per thread), the row whose note is ``first`` at the head of the first."""
     timing = p.pool.timing
-    timing.measured, timing.average = 1, 0.0001  # as if handlers had been timed: quick
+    timing.measured, timing.average = 1000, 0.0001  # as if handlers had been timed: quick
     (tracked,) = p.stator.store.tracked
     rows = p.stator.store.claim(tracked, p.stator.clock.now(), count)
     tasks = [p.executor.prepare(tracked, obj, claimed) for obj, claimed in rows]
@@ -249,6 +249,24 @@ def test_the_rest_of_a_slice_runs_when_its_thread_is_abandoned_or_dies(
             due_now = write.state_next is not None and write.state_next <= now
             assert write.state == "done" or due_now
             assert tasks[pk].thread != tasks[1].thread  # taken up by the thread in its place
+
+
+def test_a_free_thread_takes_the_rows_waiting_behind_a_slow_one(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    """Two threads, two slices: one starts with a row whose handler runs on (here past its
+    deadline).  The other thread, its own slice done, takes the row waiting behind it: all
+    three quick rows are done while the slow one still runs."""
+    models, stator = hanging(backend, build_models, make_stator)
+    insert(stator, models.Order, 1, note="hang")
+    insert(stator, models.Order, 2, 3, 4, note="fine")
+    with started_pool(stator, concurrency=2) as p:
+        hand_out_in_one_slice(p, 4, first="hang")
+        assert started.wait(PATIENCE)
+        tasks = p.take(3)
+        assert sorted(t.claimed.pk for t in tasks) == [2, 3, 4]
+        assert all(t.write is not None and t.write.state == "done" for t in tasks)
+        assert not p.pool.has_finished()  # the slow one: still running
 
 
 def test_async_handlers_run_on_the_event_loop(

@@ -28,16 +28,12 @@ from .. import _metrics, _policy
 from .._board import Board, ThreadState
 from .._clock import Clock
 from .._execute import Executor, Task, stack_of
+from ._slices import Slice, next_row, slice_size, take_all
 from ._state import Signals, Timing, WorkerOptions
 
 log = logging.getLogger("stator.worker")
 
 DEATH_WINDOW = 60.0  # seconds over which handler-thread deaths slow down their replacement
-# Sync rows reach the handler threads in slices, one hand-off per slice, not per row (its
-# wake-up and thread switch cost more than a no-op handler).  A slice holds about this many
-# seconds of handler time, so rows wait little behind the others of their slice.
-SLICE_SECONDS = 0.005
-Slice = deque[Task]  # taken from the left by its thread (or by ``tend``: atomic either way)
 
 
 class HandlerPool:
@@ -132,17 +128,10 @@ class HandlerPool:
         for task in tasks:
             if states[task.claimed.state].handler_is_async and self._loop is not None:
                 asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
-        size = self._slice_size(len(sync))
+        size = slice_size(len(sync), self._options.concurrency,
+                          self.timing.measured >= self._options.concurrency, self.timing.average)
         for i in range(0, len(sync), size):
             self._queue.put(deque(sync[i:i + size]))
-
-    def _slice_size(self, rows: int) -> int:
-        """Rows per hand-off: the batch shared between the threads, each slice holding no
-        more than ``SLICE_SECONDS`` of handler time (one row per slice until timed)."""
-        if self.timing.measured < self._options.concurrency:
-            return 1
-        by_time = int(SLICE_SECONDS / max(self.timing.average, 1e-6))
-        return max(1, min(-(-rows // self._options.concurrency), by_time))
 
     def finished(self) -> Iterator[Task]:
         """Take the tasks whose outcome is in, oldest first."""
@@ -169,7 +158,7 @@ class HandlerPool:
 
     def _release_all(self, tasks: Slice) -> None:
         """Hand back every row left in ``tasks`` (unstarted): due again at once."""
-        for task in _take_all(tasks):
+        for task in take_all(tasks):
             with self._queued_lock:
                 self._queued -= 1
             task.write = _policy.release(task.claimed, self._clock.now())
@@ -178,7 +167,7 @@ class HandlerPool:
     def _requeue_rest(self, name: str) -> None:
         """The rows of thread ``name``'s slice it has not started go back to the queue (the
         thread was abandoned, or died), for the other threads to run."""
-        if rest := _take_all(self._slices.pop(name, None)):
+        if rest := take_all(self._slices.pop(name, None)):
             self._queue.put(deque(rest))
 
     def nearest_deadline(self) -> float | None:
@@ -278,11 +267,7 @@ class HandlerPool:
                     board.report(name, ThreadState.STOPPED)
                     return
                 self._slices[name] = tasks
-                while True:
-                    try:
-                        task = tasks.popleft()
-                    except IndexError:
-                        break
+                while (task := next_row(tasks, self._slices)) is not None:
                     with self._queued_lock:
                         self._queued -= 1
                     if self._signals.stop.is_set():
@@ -387,14 +372,3 @@ class HandlerPool:
             with self._queued_lock:
                 self._async_inflight -= 1
             self._finish(task)
-
-
-def _take_all(tasks: Slice | None) -> list[Task]:
-    """The rows left in ``tasks``, taken from it (each row is popped by one side only)."""
-    taken = []
-    while tasks:
-        try:
-            taken.append(tasks.popleft())
-        except IndexError:
-            break
-    return taken
