@@ -86,6 +86,36 @@ def limit_problems(name: str, given: Any) -> list[str]:
     return problems
 
 
+def limit_warnings(name: str, given: Any, queues: set[str]) -> list[str]:
+    """What in a well-formed ``OPTIONS[name]`` limits nothing: a queue this backend does not
+    take (``queues``, its ``QUEUES``; empty takes any), a task path that names no task (a typo
+    would leave the task unlimited without a word).  ``manage.py check`` (``stator.W025``)."""
+    if limit_problems(name, given) or not given:
+        return []
+    if name == "QUEUE_LIMITS":
+        return [f'OPTIONS["QUEUE_LIMITS"] names the queue {queue!r}, which is not in this '
+                f"backend's QUEUES {sorted(queues)!r}" for queue in given
+                if queues and queue not in queues]
+    return [f'OPTIONS["TASK_LIMITS"] names {path!r}, which {why}' for path in given
+            if (why := _not_a_task(path))]
+
+
+def _not_a_task(path: str) -> str | None:
+    """Why ``path`` names no task (``task.module_path``), or None when it does."""
+    from django.tasks import Task
+    from django.utils.module_loading import import_string
+
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        return f"cannot be imported ({exc})"
+    if not isinstance(found, Task):
+        return f"is not a task (a {type(found).__name__}; decorate it with @task)"
+    if found.module_path != path:
+        return f"is the task {found.module_path!r} under another name: limits use that path"
+    return None
+
+
 def _merged(name: str) -> dict[str, int]:
     limits: dict[str, int] = {}
     for backend in stator_backends():

@@ -54,7 +54,7 @@ from django.utils.module_loading import import_string
 from .._store._dialects import django_dialect
 from .._store._tasks import MAX_ARGUMENTS_BYTES, check_arguments, insert_params, insert_sql
 from ._settings import stator_settings
-from ._task_options import limit_problems
+from ._task_options import limit_problems, limit_warnings
 
 if TYPE_CHECKING:
     from ._task_model import StatorTask
@@ -176,6 +176,11 @@ class StatorBackend(BaseTaskBackend):
             found.extend(
                 checks.Error(f"TASKS[{self.alias!r}] {problem}.", id="stator.E025")
                 for problem in limit_problems(name, self.options.get(name))
+            )
+            found.extend(
+                checks.Warning(f"TASKS[{self.alias!r}] {problem}: it limits nothing.",
+                               id="stator.W025")
+                for problem in limit_warnings(name, self.options.get(name), self.queues)
             )
         for name in ("keep_results", "timeout", "retry_after"):
             value = self.options.get(name)
