@@ -72,3 +72,33 @@ def test_models_with_load_hooks_still_get_them(backend, clock, make_stator):
     state, _note = _run(backend, clock, make_stator, with_reconstructor=True)
     assert seen["rebuilt"] is True
     assert state == "done"
+
+
+class PlainNoting(StateGraph):
+    plain_rows = True
+    new = State()
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    def check_new(cls, row: Any) -> State:
+        seen["type"] = type(row)
+        seen["values"] = (row.id, row.note, row.state)
+        return cls.done
+
+
+def test_a_model_with_load_hooks_still_gets_plain_rows_where_asked(backend, clock, make_stator):
+    """A plain row is no model instance: the ORM's loader (run for the reconstructor) is
+    not what its handler gets."""
+    from stator._plain_rows import PlainRow
+
+    order = _models(with_reconstructor=True)
+    order.state_graph = PlainNoting
+    stator = make_stator(backend, [order], clock)
+    with Session(stator.engine) as session:
+        session.add(order(id=7, note="as inserted"))
+        session.commit()
+    seen.clear()
+    assert stator.run_once().transitions == 1
+    assert issubclass(seen["type"], PlainRow)
+    assert seen["values"] == (7, "as inserted", "new")

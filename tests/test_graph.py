@@ -518,3 +518,54 @@ def test_a_limit_on_a_state_without_a_handler_is_refused():
             waiting = State(externally_progressed=True, max_running=2)
             done = State()
             waiting.transitions_to(done)
+
+
+# -- plain rows ------------------------------------------------------------------------------
+
+
+def _plain(graph_value: object = None, **state: object) -> type[StateGraph]:
+    """A two-handler graph: ``go`` declared with ``state``, ``more`` left to the graph."""
+    body: dict[str, object] = {}
+    if graph_value is not None:
+        body["plain_rows"] = graph_value
+    go, more, done = State(**state), State(), State()  # type: ignore[arg-type]
+    go.transitions_to(more)
+    more.transitions_to(done)
+    body.update(go=go, more=more, done=done,
+                check_go=classmethod(lambda cls, row: cls.more),
+                check_more=classmethod(lambda cls, row: cls.done))
+    return type("Plain", (StateGraph,), body)
+
+
+def test_plain_rows_are_off_unless_declared():
+    g = _plain()
+    assert not g.go.plain_rows and not g.more.plain_rows and not g.done.plain_rows
+
+
+def test_a_graphs_plain_rows_reach_every_handler_and_a_state_overrides_it_both_ways():
+    g = _plain(True, plain_rows=False)
+    assert (g.go.plain_rows, g.more.plain_rows) == (False, True)
+    assert not g.done.plain_rows  # no handler: nothing gets rows
+    g = _plain(False, plain_rows=True)
+    assert (g.go.plain_rows, g.more.plain_rows) == (True, False)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0, None.__class__])
+def test_a_plain_rows_that_is_not_a_bool_fails_at_class_creation(value):
+    with raises_graph_error("Plain.go", "plain_rows must be True or False", repr(value)):
+        _plain(plain_rows=value)
+    with raises_graph_error("Plain:", "plain_rows must be True or False", repr(value)):
+        _plain(value)
+
+
+def test_plain_rows_on_a_state_without_a_handler_is_refused():
+    with raises_graph_error("G.waiting", "plain_rows only applies to a state with a handler"):
+        class G(StateGraph):
+            waiting = State(externally_progressed=True, plain_rows=True)
+            done = State()
+            waiting.transitions_to(done)
+    class Fine(StateGraph):  # False says nothing to refuse
+        waiting = State(externally_progressed=True, plain_rows=False)
+        done = State()
+        waiting.transitions_to(done)
+    assert not Fine.waiting.plain_rows

@@ -12,6 +12,7 @@ from ._worker import RunSummary, Worker
 from .errors import (
     ConfigError,
     GraphError,
+    PlainRowError,
     SchemaError,
     StatorError,
     TransitionConflict,
@@ -25,6 +26,7 @@ __all__ = [
     "CycleReport",
     "GraphError",
     "ManualClock",
+    "PlainRowError",
     "RunSummary",
     "SchemaError",
     "State",

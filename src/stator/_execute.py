@@ -3,7 +3,8 @@
 Shared by ``Stator.run_once`` (inline, errors propagate) and the worker's threads.  A
 handler whose session holds changes commits them together with its transition in one
 transaction ("slow path"); a handler that only returned a state leaves its write to be
-batched with others ("fast path").
+batched with others ("fast path"), and so does every handler of a plain row
+(``_plain_rows``), which gets no session at all.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from . import _policy
 from ._clock import Clock, handlers_see
 from ._outage import is_transient
+from ._plain_rows import NO_WRITES, PlainRow
 from ._policy import Claimed, DecidedFailure, Failed, Moved, Outcome, Stayed, Write
 from ._store import TrackedModel
 from ._store.interface import Driver, HandlerScope, HandlerScopes
@@ -88,7 +90,13 @@ class Executor:
         return True
 
     def run_sync(self, task: Task) -> None:
-        session = self.scopes.for_thread(task)
+        if isinstance(task.obj, PlainRow):
+            # No scope of the driver's, and none kept open around this handler (Django's
+            # kept atomic block would make its own writes wait for a later row's commit).
+            self.scopes.settle()
+            session: HandlerScope = NO_WRITES
+        else:
+            session = self.scopes.for_thread(task)
         try:
             outcome = self._invoke(task)
         except BaseException as exc:  # the thread is dying: record and let it go
@@ -99,7 +107,8 @@ class Executor:
         self._conclude(task, session, outcome)
 
     async def run_async(self, task: Task) -> None:
-        session = self.scopes.for_async(task)
+        plain = isinstance(task.obj, PlainRow)
+        session: HandlerScope = NO_WRITES if plain else self.scopes.for_async(task)
         handler = task.tracked.graph.states[task.claimed.state].handler
         assert handler is not None
         try:

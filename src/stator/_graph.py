@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ._limits import limit_problems
+from ._graph_rules import state_problems
+from ._plain_rows import graph_plain_rows_problem
 from .errors import GraphError
 
 DEFAULT_RETRY_AFTER = 60.0
@@ -37,6 +38,15 @@ class State:
 
     Timings are seconds.  ``try_interval`` and ``attempt_immediately`` are the names Takahē
     used; they are accepted so its graphs port unchanged.
+
+    ``plain_rows``: True to give this state's handler a plain row instead of the model's ORM
+    instance, False for the instance; None (the default) follows the graph's ``plain_rows``.
+    A plain row is read-only and built straight from the claim (the model's column
+    attributes, with the values the ORM would give): far cheaper per row, and the transition
+    always joins the batched write.  The handler's own database writes (through a session or
+    connection it opens itself) are then committed on their own, NOT atomically with the
+    transition; setting an attribute of the row raises ``PlainRowError``.  Only for a state
+    with a handler.
     """
 
     name: str
@@ -59,6 +69,7 @@ class State:
         attempt_immediately: bool | None = None,
         max_running: int | Mapping[str, int] | None = None,
         limit_key: str | None = None,
+        plain_rows: bool | None = None,
     ) -> None:
         self._declared_retry = retry_after is not None or try_interval is not None
         if retry_after is not None and try_interval is not None and retry_after != try_interval:
@@ -90,6 +101,8 @@ class State:
             dict(max_running) if isinstance(max_running, Mapping) else max_running
         )
         self.limit_key = limit_key
+        self.declared_plain_rows = plain_rows  # None: the graph's ``plain_rows``
+        self.plain_rows = False  # what applies, once the graph is created (``_resolve_plain``)
         self.children: dict[str, State] = {}
         self.parents: dict[str, State] = {}
         self._edges: list[State] = []
@@ -193,8 +206,14 @@ class StateGraph:
 
     After class creation a graph has ``states`` (by name), ``initial_state``,
     ``terminal_states`` and ``automatic_states``.
+
+    ``plain_rows = True`` on the graph gives every handler of it a plain row (read-only,
+    cheap, its handler's own database writes NOT committed with the transition) instead of
+    the model's ORM instance; a state overrides it with ``State(plain_rows=False)`` (or the
+    other way round).  See ``State``.
     """
 
+    plain_rows: ClassVar[bool] = False
     states: ClassVar[dict[str, State]] = {}
     initial_state: ClassVar[State]
     terminal_states: ClassVar[frozenset[State]] = frozenset()
@@ -216,6 +235,7 @@ class StateGraph:
         cls.initial_state = _find_initial(cls, states)
         _check_reachable(cls, states, cls.initial_state)
         _check_states(cls, states)
+        _resolve_plain(cls, states)
         cls.terminal_states = frozenset(s for s in states.values() if s.terminal)
         cls.automatic_states = frozenset(s for s in states.values() if s.automatic)
 
@@ -349,52 +369,18 @@ def _check_reachable(cls: type[StateGraph], states: dict[str, State], initial: S
         )
 
 
+def _resolve_plain(cls: type[StateGraph], states: dict[str, State]) -> None:
+    problem = graph_plain_rows_problem(cls.plain_rows)
+    if problem:
+        raise GraphError(f"{cls.__name__}: {problem}")
+    for state in states.values():
+        declared = state.declared_plain_rows
+        state.plain_rows = state.automatic and (
+            cls.plain_rows if declared is None else bool(declared))
+
+
 def _check_states(cls: type[StateGraph], states: dict[str, State]) -> None:
     for state in states.values():
         where = f"{cls.__name__}.{state.name}"
-        for problem in _state_problems(state):
+        for problem in state_problems(state):
             raise GraphError(f"{where}: {problem}")
-
-
-def _state_problems(state: State) -> Iterator[str]:
-    if state._init_problem:
-        yield state._init_problem
-    if state.terminal and state.automatic:
-        yield "a terminal state (no transitions out) cannot have a handler"
-    if state.externally_progressed and state.automatic:
-        yield "an externally_progressed state cannot have a handler"
-    if not state.terminal and not state.externally_progressed and not state.automatic:
-        yield (
-            f"has transitions out but no handler: define check_{state.name} on the graph "
-            "or mark it State(externally_progressed=True)"
-        )
-    yield from _timing_problems(state)
-    if state.max_attempts is not None and state.exhausted_to is None:
-        yield (
-            f"max_attempts is set: declare where exhausted rows go with "
-            f"{state.name}.fails_to(...)"
-        )
-    if state.exhausted_to is not None and state.max_attempts is None:
-        yield "fails_to(...) needs State(max_attempts=N)"
-    if state.max_attempts is not None and not state.automatic:
-        yield "max_attempts only applies to a state with a handler"
-    yield from limit_problems(state.max_running, state.limit_key, state.automatic)
-
-
-def _timing_problems(state: State) -> Iterator[str]:
-    if not state.retry_after > 0:
-        yield f"retry_after must be > 0 seconds (got {state.retry_after})"
-    if state.start_after < 0:
-        yield f"start_after must be >= 0 seconds (got {state.start_after})"
-    if state.delete_after is not None and not state.delete_after > 0:
-        yield f"delete_after must be > 0 seconds (got {state.delete_after})"
-    if not state.timeout > 0:
-        yield f"timeout must be > 0 seconds (got {state.timeout})"
-    if state.backoff < 1:
-        yield f"backoff must be >= 1 (got {state.backoff})"
-    if state.max_retry_after < state.retry_after:
-        yield "max_retry_after must be >= retry_after"
-    if state.max_attempts is not None and state.max_attempts < 1:
-        yield f"max_attempts must be >= 1 (got {state.max_attempts})"
-    if state.timed_edge is not None and not state.timed_edge.seconds > 0:
-        yield f"times_out_to needs seconds > 0 (got {state.timed_edge.seconds})"

@@ -7,7 +7,8 @@ The tree, so callers can catch as broadly or as narrowly as they need::
     ├── TransitionError       a transition the graph does not allow from the row's state
     │   └── TransitionConflict  the row was moved by someone else first (the race was lost)
     ├── SchemaError           the database lacks Stator's tables or columns; says how to fix it
-    └── ConfigError           a bad URL, APP path or option
+    ├── ConfigError           a bad URL, APP path or option
+    └── PlainRowError         a handler set an attribute of a plain row (also an AttributeError)
 
 ``TryAgainLater`` is not an error: a handler raises it to say "not yet", which costs the row
 no attempt and no backoff.
@@ -38,6 +39,11 @@ class SchemaError(StatorError):
 
 class ConfigError(StatorError):
     """User input (a URL, an APP path, an option) cannot be used."""
+
+
+class PlainRowError(StatorError, AttributeError):
+    """A handler set (or deleted) an attribute of a plain row, which is read-only: the
+    message names the state and how to opt out (``State(plain_rows=False)``)."""
 
 
 class TryAgainLater(Exception):

@@ -8,11 +8,13 @@ itself would use, and a transaction Django opened (``atomic``, a ``TestCase``) s
 Django's.  What is its own:
 
 - **objects**: claimed rows become model instances through ``Model.from_db`` and the fields'
-  own converters, as a queryset would make them (``_RowShape``); on PostgreSQL in Django's
+  own converters, as a queryset would make them (``_RowShape``), or plain rows from the same
+  converted values in a state with plain rows (``_plain_rows``); on PostgreSQL in Django's
   autocommit the claim runs straight on Django's psycopg connection;
 - **handler transactions**: a sync handler runs inside ``transaction.atomic``
   (``_django_scopes.py``); if it wrote, its fenced transition is written in that
-  transaction and both commit, otherwise the transition joins a batch;
+  transaction and both commit, otherwise the transition joins a batch (always, for a plain
+  row's handler, which runs in no atomic block);
 - **schema**: Django's migrations create the tables; ``migrate`` adds Stator's own tables and
   the wake-up triggers.
 """
@@ -23,6 +25,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from django.db import connections
@@ -31,6 +34,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import UserDefinedType
 
 from .._clock import Clock, SystemClock
+from .._plain_rows import plain_row_builder
 from .._policy import Claimed
 from .._types import UTCDateTime
 from ..django.fields import StatorDateTimeField
@@ -279,7 +283,11 @@ class DjangoStore(SharedParts):
         conn = connections[self.alias]
         for i, convert in shape.converters:
             values[i] = convert(values[i], None, conn)
-        obj = tracked.model.from_db(self.alias, shape.attnames, values)  # type: ignore[attr-defined]
+        if shape.plain is not None and row[shape.state] in tracked.plain_states:
+            obj = shape.plain(values)  # no from_db, no model signals: see ``_plain_rows``
+        else:
+            obj = tracked.model.from_db(  # type: ignore[attr-defined]
+                self.alias, shape.attnames, values)
         when = _DATETIME.process_result_value
         dialect = self.engine.dialect
         claimed = Claimed(
@@ -321,3 +329,8 @@ class _RowShape:
         self.state_changed = columns.index("state_changed")
         self.state_next = columns.index("state_next")
         self.state_attempts = columns.index("state_attempts")
+        # Plain rows (``_plain_rows``) have the fields' attnames, and ``pk`` as instances do.
+        pk = {} if "pk" in self.attnames else {"pk": property(attrgetter(self.attnames[self.pk]))}
+        self.plain = (
+            plain_row_builder(model, self.attnames, pk) if tracked.plain_states else None
+        )

@@ -20,6 +20,7 @@ from sqlalchemy.orm.attributes import instance_state
 
 from .. import _local_wakeups
 from .._clock import Clock, SystemClock
+from .._plain_rows import plain_row_builder
 from .._policy import Claimed
 from . import _unreadable
 from ._bookkeeping import Bookkeeping
@@ -169,9 +170,11 @@ class Store(SharedParts):
             objects = list(session.scalars(statement, params))
             session.commit()
             session.expunge_all()
-        keys = self._loader(tracked).keys
-        self.ops.claimed(tracked, [[getattr(obj, k) for k in keys] for obj in objects])
-        return [(obj, _claimed(obj, tracked)) for obj in objects]
+        loader = self._loader(tracked)
+        rows = [[getattr(obj, k) for k in loader.keys] for obj in objects]
+        self.ops.claimed(tracked, rows)
+        return [(loader.plain_or(obj, row), _claimed(obj, tracked))
+                for obj, row in zip(objects, rows, strict=True)]
 
 class _Loader:
     """Turns claimed rows into detached ORM objects without the ORM's loading machinery.
@@ -184,6 +187,10 @@ class _Loader:
     persistent-but-detached by its identity key, exactly what the handler's session
     expects to ``add``.  Models with load listeners (a
     ``@reconstructor``) go through the ORM instead, so their hooks still run.
+
+    A row in a state with plain rows becomes a plain row (``_plain_rows``) instead: the same
+    values (the claim's result processors already convert them as the ORM would), no
+    instance state, nothing to attach.
     """
 
     def __init__(self, tracked: TrackedModel, sql: str) -> None:
@@ -202,18 +209,29 @@ class _Loader:
         self.pk, self.state = names.index(tracked.pk), names.index("state")
         self.changed, self.lease = names.index("state_changed"), names.index("state_next")
         self.attempts = names.index("state_attempts")
+        self.plain_states = tracked.plain_states
+        self.plain = plain_row_builder(tracked.model, self.keys) if self.plain_states else None
 
     def load(self, row: Sequence[Any]) -> tuple[Any, Claimed]:
+        claimed = Claimed(
+            pk=row[self.pk], state=row[self.state], state_changed=row[self.changed],
+            lease_until=row[self.lease], attempts=_attempts(row[self.attempts]),
+        )
+        if self.plain is not None and claimed.state in self.plain_states:
+            return self.plain(row), claimed
         obj = self.manager.new_instance()
         obj.__dict__.update(zip(self.keys, row, strict=True))
         # What ``make_transient_to_detached`` does to a fresh object, without its general
         # case (reading the key back through the attribute machinery, clearing a history
         # that a fresh object does not have): an identity key makes it detached.
         instance_state(obj).key = self.mapper.identity_key_from_primary_key([row[self.pk]])
-        return obj, Claimed(
-            pk=row[self.pk], state=row[self.state], state_changed=row[self.changed],
-            lease_until=row[self.lease], attempts=_attempts(row[self.attempts]),
-        )
+        return obj, claimed
+
+    def plain_or(self, obj: Any, row: Sequence[Any]) -> Any:
+        """An object the ORM loaded, or its plain row if its state has plain rows."""
+        if self.plain is not None and row[self.state] in self.plain_states:
+            return self.plain(row)
+        return obj
 
 
 def _claimed(obj: Any, tracked: TrackedModel) -> Claimed:

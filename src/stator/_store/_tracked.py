@@ -66,6 +66,8 @@ class TrackedModel:
     # More limits a state's rows are under, each per key too (a task under its queue's limit
     # and its own): a row runs only while every one of its keys has room.
     also_limits: dict[str, tuple[Limit, ...]] = field(default_factory=dict)
+    # The states whose handlers get plain rows (``_plain_rows``), not the model's instances.
+    plain_states: frozenset[str] = frozenset()
 
     @property
     def limited(self) -> bool:
@@ -138,6 +140,7 @@ class TrackedModel:
             limits={name: _quoted(quote, all_[0]) for name, all_ in declared.items()},
             also_limits={name: tuple(_quoted(quote, one) for one in all_[1:])
                          for name, all_ in declared.items() if len(all_) > 1},
+            plain_states=frozenset(s.name for s in graph.states.values() if s.plain_rows),
         )
         tracked.sql = build_statements(tracked, dialect)
         return tracked
