@@ -20,7 +20,8 @@ from stator.cli import cli
 
 COMMON = {"scenario", "backend", "load_1m"}
 EXPECTED = {
-    "throughput": {"processes", "transitions", "complete", "seconds", "transitions_per_second",
+    "throughput": {"processes", "objects", "transitions", "complete", "seconds",
+                   "transitions_per_second",
                    "worker_cpu_s_per_1000", "db_cpu_s_per_1000", "peak_rss_mb", "runs"},
     "limit": {"batch_size", "transitions", "complete", "transitions_per_second", "claim_ms",
               "write_ms", "runs"},
@@ -93,7 +94,7 @@ def test_every_scenario_runs_and_reports(bench_db: str | None) -> None:
 
 def check_throughput(lines: list[dict[str, Any]], postgres: bool) -> None:
     (line,) = lines
-    assert line["processes"] == 1
+    assert line["processes"] == 1 and line["objects"] == "orm"
     assert line["transitions"] == line["rows"] * 3
     assert line["transitions_per_second"] > 0
     assert line["worker_cpu_s_per_1000"] > 0
@@ -166,6 +167,23 @@ def check_limits(lines: list[dict[str, Any]]) -> None:
             assert line["complete"] and line["transitions_per_second"] > 0
         else:
             assert 0 < line["claimed"] <= line["rows"] and line["claim_ms"] > 0
+
+
+def test_throughput_with_plain_rows_measures_both_kinds_in_turn(bench_db: str | None) -> None:
+    lines = list(run_bench(bench_db, ["throughput"], Sizes.tiny(), plain_rows=True))
+    assert [line["objects"] for line in lines] == ["orm", "plain"]
+    for line in lines:
+        assert line["complete"] and line["transitions"] == line["rows"] * 3
+        assert line["transitions_per_second"] > 0 and line["worker_cpu_s_per_1000"] > 0
+
+
+def test_cli_shows_orm_and_plain_rows_side_by_side() -> None:
+    args = ["bench", "--scenario", "throughput", "--rows", "100", "--processes", "1",
+            "--plain-rows"]
+    human = CliRunner().invoke(cli, args)
+    assert human.exit_code == 0, human.output
+    assert "orm rows, processes 1" in human.stdout
+    assert "plain rows, processes 1" in human.stdout
 
 
 def test_cli_prints_json_lines_and_tables(tmp_path: Any) -> None:

@@ -57,13 +57,16 @@ def run_bench(
     concurrency: int = 4,
     batch_size: int = 100,
     progress: Callable[[str], None] = lambda _message: None,
+    plain_rows: bool = False,
 ) -> Iterator[Result]:
     """Run the scenarios (all by default, in the order of ``SCENARIOS``), yielding each
-    result as soon as it is measured.  ``db``: a PostgreSQL server URL, or None for SQLite."""
+    result as soon as it is measured.  ``db``: a PostgreSQL server URL, or None for SQLite.
+    ``plain_rows``: throughput measures handlers given plain rows too, beside ORM rows."""
     chosen = _chosen(scenarios)
     with temporary_folder() as folder:
         server = Server(db, Path(folder))
-        ctx = Context(server, sizes or Sizes(), concurrency, batch_size, progress)
+        ctx = Context(server, sizes or Sizes(), concurrency, batch_size, progress,
+                      plain_rows=plain_rows)
         with _monitor(ctx):
             for name in chosen:
                 for line in SCENARIOS[name](ctx):

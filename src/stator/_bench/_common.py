@@ -74,6 +74,7 @@ class Context:
     progress: Callable[[str], None] = lambda _message: None
     results: list[Result] = field(default_factory=list)
     monitor: Engine | None = None  # PostgreSQL: the server's own database, autocommit
+    plain_rows: bool = False  # throughput: plain rows measured too, beside ORM rows
 
     @property
     def backend(self) -> str:
@@ -95,7 +96,11 @@ class Context:
 def best(runs: int, measure: Callable[[], Result], key: str) -> Result:
     """The best of ``runs`` measurements by ``key``: on a machine other work shares, the
     best run is the one least disturbed, the closest to what the code itself costs."""
-    found = [measure() for _ in range(max(runs, 1))]
+    return best_of([measure() for _ in range(max(runs, 1))], key)
+
+
+def best_of(found: list[Result], key: str) -> Result:
+    """The best of measurements already made (see ``best``)."""
     chosen = max(found, key=lambda line: line[key])
     chosen["runs"] = len(found)
     return chosen
@@ -114,12 +119,13 @@ def _rounded(value: Any) -> Any:
 
 
 @contextmanager
-def bench_rows(place: Place, rows: int) -> Iterator[Stator]:
-    """A migrated Stator for ``BenchRow`` holding ``rows`` rows, all due in the first state."""
-    stator = Stator(place.url, [BenchRow])
+def bench_rows(place: Place, rows: int, model: Any = BenchRow) -> Iterator[Stator]:
+    """A migrated Stator for ``model`` (``BenchRow``: the three steps) holding ``rows`` rows,
+    all due in the first state."""
+    stator = Stator(place.url, [model])
     try:
         stator.migrate()
-        insert_rows(stator.engine, BenchRow.__tablename__, 1, rows)
+        insert_rows(stator.engine, model.__tablename__, 1, rows)
         yield stator
     finally:
         stator.dispose()

@@ -40,7 +40,7 @@ def run(ctx: Context) -> list[Result]:
         for batch in ctx.sizes.limit_batches
     ]
     out: list[Result] = []
-    engine = ctx.earlier("throughput", processes=1, rows=ctx.sizes.rows)
+    engine = ctx.earlier("throughput", processes=1, rows=ctx.sizes.rows, objects="orm")
     if engine is None:
         engine = engine_throughput(ctx, 1)
         out.append(engine)

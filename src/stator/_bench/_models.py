@@ -53,6 +53,34 @@ class BenchRow(StatorMixin, _Base):
     id: Mapped[int] = mapped_column(primary_key=True)
 
 
+class BenchPlainStates(StateGraph):
+    """The same three no-op steps, their handlers given plain rows (``plain_rows``): what
+    the ORM object costs is the difference (``stator bench --plain-rows``)."""
+
+    plain_rows = True
+    first = State(timeout=30)
+    second = State(timeout=30)
+    third = State(timeout=30)
+    done = State()
+
+    first.transitions_to(second)
+    second.transitions_to(third)
+    third.transitions_to(done)
+
+    check_first = BenchStates.__dict__["check_first"]
+    check_second = BenchStates.__dict__["check_second"]
+    check_third = BenchStates.__dict__["check_third"]
+
+
+class BenchPlainRow(StatorMixin, _Base):
+    __tablename__ = "stator_bench_plain_rows"
+    state_graph = BenchPlainStates
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+
+# The models of the three steps, by the objects their handlers get.
+STEP_MODELS: dict[str, type] = {"orm": BenchRow, "plain": BenchPlainRow}
+
 # The same steps, spelled out for the engine-free loop of the "limit" scenario.
 NEXT_STATE = {"first": "second", "second": "third", "third": "done"}
 
@@ -181,6 +209,7 @@ MODELS: dict[str, type] = {
     "Delivery": Delivery,
     "LimitedDelivery": LimitedDelivery,
     "BenchRow": BenchRow,
+    "BenchPlainRow": BenchPlainRow,
     "LatencyRow": LatencyRow,
     "FanParent": FanParent,
     "FanChild": FanChild,

@@ -27,10 +27,13 @@ from ._app import split_names
               help="Worker process counts for throughput [default: 1,2,4; quick: 1,2].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--plain-rows", is_flag=True, help="Throughput: measure handlers given plain "
+              "rows (StateGraph.plain_rows) too, each run in turn with the ORM rows' one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per result line.")
 def bench(
     db: str | None, scenarios: tuple[str, ...], quick: bool, rows: int | None,
-    processes: str | None, concurrency: int, batch_size: int, as_json: bool,
+    processes: str | None, concurrency: int, batch_size: int, plain_rows: bool,
+    as_json: bool,
 ) -> None:
     """Measure Stator on a real database: throughput, the database's own limit, latency,
     scale, idle cost, memory and fan-out."""
@@ -42,6 +45,7 @@ def bench(
         results = run_bench(
             db, split_names(scenarios), sizes, concurrency=concurrency, batch_size=batch_size,
             progress=lambda message: err.print(Text(message, style="dim"), highlight=False),
+            plain_rows=plain_rows,
         )
         shown: list[dict[str, Any]] = []
         for line in results:
@@ -86,8 +90,10 @@ def _bench_table(lines: list[dict[str, Any]]) -> Table:
             heading = f"{line['loop']}, {heading}"
         if "measure" in line:  # limits: throughput, or one claim's cost
             heading = f"{line['measure']}, {heading}"
+        if "objects" in line:  # throughput: what the handlers got, ORM or plain rows
+            heading = f"{line['objects']} rows, {heading}"
         table.add_column(heading, justify="right")
-    skip = {"scenario", "backend", "loop", "measure", label}
+    skip = {"scenario", "backend", "loop", "measure", "objects", label}
     keys = [k for k in dict.fromkeys(k for line in lines for k in line)  # every line's figures
             if k not in skip and not any(isinstance(line.get(k), list) for line in lines)]
     for key in keys:
