@@ -12,7 +12,7 @@ run by the store right after the batch's fenced write, for the rows whose fence 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,39 +121,69 @@ def write_results(
 ) -> None:
     """PostgreSQL: one UPDATE from a JSON document of the batch.  SQLite runs in this
     process, so the same UPDATE once per row (``executemany``) costs no round trip and
-    spares the JSON, in Python and in SQLite alike (as the fenced write does)."""
+    spares the JSON, in Python and in SQLite alike (as the fenced write does).
+
+    Each distinct value is encoded once per batch (``_Texts``): a batch's tasks share their
+    start (the claim's stamp), their worker ids and their empty error lists."""
+    texts = _Texts(to_sqlite_text if dialect.row_by_row_writes else _time)
     if dialect.row_by_row_writes:
-        conn.exec_driver_sql(sql, [_row_params(w.pk, w.extra) for w in writes])
+        conn.exec_driver_sql(sql, [_row_params(w.pk, w.extra, texts) for w in writes])
         return
-    rows = [_row(w.pk, w.extra) for w in writes]
+    rows = [_row(w.pk, w.extra, texts) for w in writes]
     conn.execute(text(sql), {"payload": json.dumps(rows)})
 
 
-def _row_params(pk: Any, values: dict[str, Any]) -> tuple[Any, ...]:
+def _row_params(pk: Any, values: dict[str, Any], texts: _Texts) -> tuple[Any, ...]:
     """A row's values as SQLite's text (``to_sqlite_text``), for the row-by-row UPDATE."""
-    times = [values.get(name) for name in TIME_COLUMNS]
-    jsons = [values.get(name) for name in JSON_COLUMNS]
+    time, json_text = texts.time, texts.json
     return (
-        *(None if t is None else to_sqlite_text(t) for t in times),
-        # None is SQL NULL, as Django's JSONField(null=True) stores it.
-        *(None if v is None else json.dumps(v) for v in jsons),
+        *(time(values.get(name)) for name in TIME_COLUMNS),
+        *(json_text(values.get(name)) for name in JSON_COLUMNS),
         pk,
     )
 
 
-def _row(pk: Any, values: dict[str, Any]) -> dict[str, Any]:
+def _row(pk: Any, values: dict[str, Any], texts: _Texts) -> dict[str, Any]:
     row: dict[str, Any] = {"pk": pk}
     for name in TIME_COLUMNS:
-        row[name] = _time(values.get(name))
+        row[name] = texts.time(values.get(name))
     for name in JSON_COLUMNS:
-        value = values.get(name)
-        # None is SQL NULL, as Django's JSONField(null=True) stores it.
-        row[name] = None if value is None else json.dumps(value)
+        row[name] = texts.json(values.get(name))
     return row
 
 
-def _time(value: datetime | None) -> str | None:
+class _Texts:
+    """One batch's encodings: each distinct time formatted once (by ``format``), each list of
+    strings (worker ids) or empty list dumped once; None stays None (SQL NULL, as Django's
+    ``JSONField(null=True)`` stores it).  Anything else is dumped as it comes."""
+
+    __slots__ = ("_format", "_lists", "_times")
+
+    def __init__(self, format: Callable[[datetime], str]) -> None:
+        self._format = format
+        self._times: dict[datetime, str | None] = {}
+        self._lists: dict[tuple[str, ...], str] = {}
+
+    def time(self, value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        text = self._times.get(value)
+        if text is None:
+            text = self._times[value] = self._format(value)
+        return text
+
+    def json(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        if type(value) is list and all(type(v) is str for v in value):
+            key = tuple(value)
+            text = self._lists.get(key)
+            if text is None:
+                text = self._lists[key] = json.dumps(value)
+            return text
+        return json.dumps(value)
+
+
+def _time(value: datetime) -> str:
     """In UTC, as the payload's ``timestamptz`` column reads it back."""
-    if value is None:
-        return None
     return value.astimezone(UTC).isoformat() if value.tzinfo else value.isoformat()
