@@ -221,12 +221,11 @@ def result_from_row(
             task = _task(row.task_path, row.priority, row.queue_name, row.run_after, row.backend)
         except Exception as exc:
             task = unavailable_task(row, exc)
-    state = status or row.status
-    result = _result(
-        task, row.id, TaskResultStatus(state), row.backend,
-        row.args_kwargs["args"], row.args_kwargs["kwargs"],
-        enqueued_at=row.enqueued_at,
-        started_at=row.started_at, finished_at=row.finished_at,
+    arguments = row.args_kwargs
+    result = TaskResult(  # as ``_result`` builds it, without its merging (once per task run)
+        task=task, id=row.id, status=TaskResultStatus(status or row.status),
+        backend=row.backend, args=list(arguments["args"]), kwargs=dict(arguments["kwargs"]),
+        enqueued_at=row.enqueued_at, started_at=row.started_at, finished_at=row.finished_at,
         last_attempted_at=row.last_attempted_at,
         errors=[TaskError(**e) for e in row.errors], worker_ids=list(row.worker_ids),
     )
