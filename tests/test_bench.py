@@ -169,12 +169,18 @@ def check_limits(lines: list[dict[str, Any]]) -> None:
             assert 0 < line["claimed"] <= line["rows"] and line["claim_ms"] > 0
 
 
-def test_throughput_with_plain_rows_measures_both_kinds_in_turn(bench_db: str | None) -> None:
-    lines = list(run_bench(bench_db, ["throughput"], Sizes.tiny(), plain_rows=True))
-    assert [line["objects"] for line in lines] == ["orm", "plain"]
-    for line in lines:
+def test_plain_rows_are_measured_beside_orm_rows(bench_db: str | None) -> None:
+    """``--plain-rows``: throughput runs both kinds in turn; so does the Django store."""
+    found = by_scenario(list(run_bench(
+        bench_db, ["throughput", "django"], Sizes.tiny(), plain_rows=True)))
+    assert [line["objects"] for line in found["throughput"]] == ["orm", "plain"]
+    for line in found["throughput"]:
         assert line["complete"] and line["transitions"] == line["rows"] * 3
         assert line["transitions_per_second"] > 0 and line["worker_cpu_s_per_1000"] > 0
+    (django,) = found["django"]
+    assert django["complete"]  # the ORM rows' drain and the plain rows' alike
+    assert django["django_plain_transitions_per_second"] > 0
+    assert django["django_plain_worker_cpu_s_per_1000"] > 0
 
 
 def test_cli_shows_orm_and_plain_rows_side_by_side() -> None:

@@ -3,6 +3,7 @@
 
     python prof_drain.py sqlite 20000
     python prof_drain.py postgresql+psycopg://postgres@127.0.0.1:5432/postgres 20000
+    python prof_drain.py sqlite 20000 plain      # the same steps with plain rows
 
 On PostgreSQL it works in a database of its own, ``hotpath_prof``, made afresh each run.
 Under ``py-spy record --gil -f raw -r 500 -o FILE -- python prof_drain.py …`` it gives the
@@ -18,7 +19,7 @@ import time
 
 from sqlalchemy import create_engine, text
 
-from stator._bench._models import BenchRow
+from stator._bench._models import BenchPlainRow, BenchRow
 from stator._bench._places import insert_rows
 from stator._stator import Stator
 
@@ -31,6 +32,7 @@ def cpu() -> float:
 def main() -> None:
     url = sys.argv[1] if len(sys.argv) > 1 else "sqlite"
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+    model = BenchPlainRow if sys.argv[3:] == ["plain"] else BenchRow
     if url == "sqlite":
         url = f"sqlite:///{tempfile.mkdtemp()}/p.db"
     else:
@@ -40,11 +42,11 @@ def main() -> None:
             conn.execute(text("CREATE DATABASE hotpath_prof"))
         admin.dispose()
         url = url.rsplit("/", 1)[0] + "/hotpath_prof"
-    setup = Stator(url, [BenchRow])
+    setup = Stator(url, [model])
     setup.migrate()
-    insert_rows(setup.engine, BenchRow.__tablename__, 1, rows)
+    insert_rows(setup.engine, model.__tablename__, 1, rows)
     setup.dispose()
-    stator = Stator(url, [BenchRow], concurrency=4, batch_size=100)
+    stator = Stator(url, [model], concurrency=4, batch_size=100)
     with stator.engine.connect():
         pass  # connected before the clock starts
     worker = stator.worker(until_idle=True, idle_window=0.0)

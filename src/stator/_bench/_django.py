@@ -5,7 +5,9 @@ process of the same concurrency and batch size: the SQLAlchemy side is the throu
 scenario's own one-process run; the Django side is a child process that sets Django up over
 the same database (``python -m stator._bench._django_child``), fills its table with
 ``bulk_create`` and runs the worker ``manage.py runstator`` runs.  Reported: transitions/s of
-each and their ratio (issue #9 asks for the Django store within 0.8x).
+each and their ratio (issue #9 asks for the Django store within 0.8x).  With
+``--plain-rows``, the Django side also drains the steps with plain rows, in turn with the ORM
+rows' run (``django_plain_…``).
 """
 
 from __future__ import annotations
@@ -28,29 +30,39 @@ def run(ctx: Context) -> list[Result]:
         ctx.progress(f"django: skipped: {reason}")
         return [result("django", ctx.backend, skipped=reason)]
     rows = ctx.sizes.rows
-    best_django: dict[str, float] | None = None
+    kinds = ["orm", "plain"] if ctx.plain_rows else ["orm"]
+    best: dict[str, dict[str, float]] = {}
     for _ in range(ctx.sizes.repeats):
-        measured = _django_once(ctx, rows)
-        if best_django is None or measured["per_second"] > best_django["per_second"]:
-            best_django = measured
-    assert best_django is not None
+        for kind in kinds:  # in turn: both kinds see the same load
+            measured = _django_once(ctx, rows, kind)
+            if kind not in best or measured["per_second"] > best[kind]["per_second"]:
+                best[kind] = measured
+    best_django = best["orm"]
     sqlalchemy = sqlalchemy_run(ctx, 1)
     sa_rate = float(sqlalchemy["transitions_per_second"])
+    plain = best.get("plain")
+    extra = {} if plain is None else {
+        "django_plain_transitions_per_second": plain["per_second"],
+        "django_plain_worker_cpu_s_per_1000": plain["cpu_per_1000"],
+    }
     return [result(
         "django", ctx.backend, rows=rows, concurrency=ctx.concurrency,
         django_transitions_per_second=best_django["per_second"],
         sqlalchemy_transitions_per_second=sa_rate,
         django_to_sqlalchemy=best_django["per_second"] / sa_rate if sa_rate else 0.0,
         django_worker_cpu_s_per_1000=best_django["cpu_per_1000"],
-        complete=best_django["transitions"] == rows * 3,
+        complete=all(b["transitions"] == rows * 3 for b in best.values()),
+        **extra,
     )]
 
 
-def _django_once(ctx: Context, rows: int) -> dict[str, float]:
-    ctx.progress(f"django: {rows:,} rows through the Django store, one worker process")
+def _django_once(ctx: Context, rows: int, kind: str = "orm") -> dict[str, float]:
+    ctx.progress(f"django: {rows:,} rows through the Django store, one worker process, "
+                 f"{kind} rows")
     with ctx.server.place("django") as place:
         done = subprocess.run(
-            [sys.executable, "-m", CHILD, str(rows), str(ctx.concurrency), str(ctx.batch_size)],
+            [sys.executable, "-m", CHILD, str(rows), str(ctx.concurrency), str(ctx.batch_size),
+             kind],
             env=dict(os.environ, STATOR_BENCH_DB=place.url), capture_output=True, text=True,
             check=False, timeout=600 + rows / 100,
         )

@@ -1,7 +1,8 @@
 """The Django side of ``stator bench --scenario django``, in a process of its own (Django's
 settings are configured once per process): ``python -m stator._bench._django_child ROWS
-CONCURRENCY BATCH_SIZE``, its database URL in ``STATOR_BENCH_DB`` (not on the command line,
-where ``ps`` would show its password), prints one JSON line, the drain's rate and CPU."""
+CONCURRENCY BATCH_SIZE [plain]`` (``plain``: the steps with plain rows), its database URL in
+``STATOR_BENCH_DB`` (not on the command line, where ``ps`` would show its password), prints
+one JSON line, the drain's rate and CPU."""
 
 from __future__ import annotations
 
@@ -44,12 +45,11 @@ def main(argv: list[str]) -> None:
 
     from stator.django._setup import build_stator
 
-    from .djapp.models import BenchDjangoRow
+    from .djapp.models import BenchDjangoPlainRow, BenchDjangoRow
 
-    BenchDjangoRow.objects.bulk_create(
-        [BenchDjangoRow() for _ in range(rows)], batch_size=1000
-    )
-    stator = build_stator(models=[BenchDjangoRow])
+    model: Any = BenchDjangoPlainRow if argv[3:] == ["plain"] else BenchDjangoRow
+    model.objects.bulk_create([model() for _ in range(rows)], batch_size=1000)
+    stator = build_stator(models=[model])
     worker = stator.worker(until_idle=True, idle_window=0.0)
     cpu0, began = time.process_time(), time.perf_counter()
     summary = worker.run()

@@ -27,8 +27,9 @@ from ._app import split_names
               help="Worker process counts for throughput [default: 1,2,4; quick: 1,2].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--plain-rows", is_flag=True, help="Throughput: measure handlers given plain "
-              "rows (StateGraph.plain_rows) too, each run in turn with the ORM rows' one.")
+@click.option("--plain-rows", is_flag=True, help="Throughput and django: measure handlers "
+              "given plain rows (StateGraph.plain_rows) too, each run in turn with the ORM "
+              "rows' one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per result line.")
 def bench(
     db: str | None, scenarios: tuple[str, ...], quick: bool, rows: int | None,

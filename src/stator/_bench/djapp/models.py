@@ -3,7 +3,7 @@ creates the table with ``migrate --run-syncdb``, database defaults and claim ind
 
 from stator.django.models import StatorModel
 
-from .._models import BenchStates
+from .._models import BenchPlainStates, BenchStates
 
 
 class BenchDjangoRow(StatorModel):
@@ -12,3 +12,13 @@ class BenchDjangoRow(StatorModel):
     class Meta:
         app_label = "stator_bench"
         db_table = "stator_bench_django_rows"
+
+
+class BenchDjangoPlainRow(StatorModel):
+    """The same steps, their handlers given plain rows (``stator bench --plain-rows``)."""
+
+    state_graph = BenchPlainStates
+
+    class Meta:
+        app_label = "stator_bench"
+        db_table = "stator_bench_django_plain_rows"
