@@ -12,11 +12,29 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Engine, delete, func, insert, select
+from sqlalchemy import Engine, TextClause, bindparam, delete, func, insert, select, text
 
 from . import _schema
 from ._operations import WRITE
 from ._records import EdgeCount, ErrorRecord, Heartbeat, ModelStats, StatsPeriod, WorkerRecord
+
+
+def _typed(sql: str) -> TextClause:
+    """A statement on the workers table, built once, its values bound as the columns' types."""
+    columns = _schema.workers_table.c
+    return text(sql).bindparams(*(bindparam(c.name, type_=c.type) for c in columns))
+
+
+_BEAT_COLUMNS = ("hostname", "pid", "started_at", "last_seen", "concurrency", "models", "threads")
+# The heartbeat, every few seconds while a worker idles: plain text, nothing built per beat.
+_BEAT_UPDATE = _typed(
+    "UPDATE stator_workers SET " + ", ".join(f"{c} = :{c}" for c in _BEAT_COLUMNS)
+    + " WHERE id = :id"
+)
+_BEAT_INSERT = _typed(
+    f"INSERT INTO stator_workers (id, {', '.join(_BEAT_COLUMNS)}) "
+    f"VALUES (:id, {', '.join(':' + c for c in _BEAT_COLUMNS)})"
+)
 
 
 class Bookkeeping:
@@ -27,17 +45,13 @@ class Bookkeeping:
 
     def heartbeat(self, beat: Heartbeat) -> None:
         row = {
-            "hostname": socket.gethostname(), "pid": beat.pid, "started_at": beat.started,
-            "last_seen": beat.now, "concurrency": beat.concurrency,
+            "id": beat.worker_id, "hostname": socket.gethostname(), "pid": beat.pid,
+            "started_at": beat.started, "last_seen": beat.now, "concurrency": beat.concurrency,
             "models": ",".join(beat.models), "threads": json.dumps(dict(beat.threads)),
         }
-        table = _schema.workers_table
         with self.engine.connect().execution_options(**WRITE) as conn, conn.begin():
-            updated = conn.execute(
-                table.update().where(table.c.id == beat.worker_id).values(**row)
-            ).rowcount
-            if not updated:
-                conn.execute(insert(table).values(id=beat.worker_id, **row))
+            if not conn.execute(_BEAT_UPDATE, row).rowcount:
+                conn.execute(_BEAT_INSERT, row)
 
     def forget_worker(self, worker_id: str) -> None:
         table = _schema.workers_table
