@@ -20,6 +20,7 @@ from stator import State, StateGraph, SystemClock
 from stator._failure_log import FailureLog
 from stator._incurable import DatabaseUnusable
 from stator._policy import Failed
+from stator._store import Bookkeeping
 
 
 class Idle(StateGraph):
@@ -340,7 +341,9 @@ def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
 # -- start-up: work waiting when a worker starts is claimed first ------------------------------
 
 
-def test_a_starting_worker_claims_before_its_first_heartbeat(backend, build_models, make_stator):
+def test_a_starting_worker_claims_before_its_first_heartbeat(
+    backend, build_models, make_stator, monkeypatch
+):
     models = build_models(Idle)
     stator = make_stator(backend, [models.Order], SystemClock())
     with Session(stator.engine) as session:
@@ -357,7 +360,13 @@ def test_a_starting_worker_claims_before_its_first_heartbeat(backend, build_mode
             return step(*args, **kwargs)
         return recording
 
-    for name in ("claim", "heartbeat"):
-        setattr(worker.store, name, recorded(name))
+    worker.store.claim = recorded("claim")
+    beat = Bookkeeping.heartbeat  # on SQLite, written on the listener's connection once it polls
+
+    def recorded_beat(books: Bookkeeping, *args: Any) -> None:
+        steps.append("heartbeat")
+        beat(books, *args)
+
+    monkeypatch.setattr(Bookkeeping, "heartbeat", recorded_beat)
     assert worker.run().processed == 1
     assert steps[:2] == ["claim", "heartbeat"]

@@ -16,7 +16,8 @@ import pytest
 from stator import ManualClock, Stator
 from stator._board import Board
 from stator._worker import _housekeeping
-from stator._worker._housekeeping import Housekeeper
+from stator._worker._housekeeping import Housekeeper, WriteUnseen
+from stator._worker._listener import SqliteWatch
 from stator._worker._state import Tally, WorkerOptions
 
 from .parts import Quick
@@ -29,14 +30,15 @@ def run_it(action: Step, what: str) -> bool:
 
 
 def make_housekeeper(
-    stator: Stator, clock: ManualClock, liveness: Path | None = None
+    stator: Stator, clock: ManualClock, liveness: Path | None = None,
+    write_unseen: WriteUnseen = lambda write: False,
 ) -> tuple[Housekeeper, Tally]:
     store = stator.store
     tally = Tally([t.name for t in store.tracked], clock.now())
     options = WorkerOptions(concurrency=3, liveness_file=liveness)
     keeper = Housekeeper(
         store, clock, Board(), tally, store.tracked, options, "test-keeper",
-        healthy=lambda: list(store.tracked),
+        healthy=lambda: list(store.tracked), write_unseen=write_unseen,
     )
     return keeper, tally
 
@@ -85,3 +87,45 @@ def test_a_stats_period_is_written_and_one_not_written_is_kept(
     assert tally.totals["orders"].processed == 4
     (recent,) = stator.store.recent_stats(clock.now() - timedelta(hours=1))
     assert recent.processed == 4
+
+
+def test_heartbeats_and_stats_written_unseen_on_sqlite_read_back_as_the_drivers_own(
+    backend: str, clock: ManualClock, build_models: Any, make_stator: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On SQLite the worker writes its own records on the listener's connection (its
+    commits do not wake the worker): the rows read back as those the driver writes."""
+    if not backend.startswith("sqlite"):
+        pytest.skip("the listener's connection writes on SQLite only")
+    monkeypatch.setattr(_housekeeping, "STATS_EVERY", 0.0)
+    monkeypatch.setattr(_housekeeping, "HEARTBEAT_EVERY", 0.0)  # every tick beats
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], clock)
+    path = stator.store.sqlite_path()
+    assert path is not None
+    watch = SqliteWatch(path)
+    written: list[str] = []
+
+    def unseen(write: Any) -> bool:
+        written.append("unseen")
+        return watch.write(write)
+
+    try:
+        keeper, tally = make_housekeeper(stator, clock, write_unseen=unseen)
+        tally.period["orders"].processed = 2
+        keeper.tick(run_it)
+        assert written == ["unseen", "unseen"]  # the heartbeat, the stats
+        (row,) = stator.store.workers()
+        assert (row.id, row.concurrency, row.last_seen) == ("test-keeper", 3, clock.now())
+        (recent,) = stator.store.recent_stats(clock.now() - timedelta(hours=1))
+        assert (recent.model, recent.processed) == ("orders", 2)
+        clock.advance(5)
+        keeper.tick(run_it)  # the row updated, not a second one
+        (row,) = stator.store.workers()
+        assert row.last_seen == clock.now()
+        assert not watch.changed()  # baseline
+        keeper.tick(run_it)
+        assert not watch.changed()  # its own commits: no change seen
+    finally:
+        watch.close()
+    assert not watch.write(lambda books: None)  # closed: the caller writes as usual

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from stator import SystemClock
-from stator._store import NOTIFY_CHANNEL
+from stator._store import NOTIFY_CHANNEL, Heartbeat
 from stator._worker import _listener
-from stator._worker._listener import Listener
+from stator._worker._listener import Listener, SqliteWatch
 from stator._worker._state import Signals
 
 from .parts import PATIENCE, Quick, wait_for
@@ -57,6 +57,89 @@ def test_a_commit_from_another_connection_wakes_the_worker_sqlite(
     finally:
         other.close()
         stop(listener, signals)
+
+
+def beat(stator: Any, worker_id: str = "test-listener") -> Heartbeat:
+    now = stator.clock.now()
+    return Heartbeat(worker_id, now, now, 1, ("orders",), {}, 1)
+
+
+def test_the_workers_own_heartbeats_do_not_read_as_a_change_sqlite(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    """A heartbeat written on the listener's connection is no reason to look for work (an
+    idle worker woke for a claim round after each), unlike one of any other connection."""
+    if not backend.startswith("sqlite"):
+        pytest.skip("data_version is SQLite's")
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    watch = SqliteWatch(stator.store.sqlite_path())
+    try:
+        assert not watch.changed()  # the first read: nothing to compare with
+        for _ in range(3):
+            assert watch.write(lambda books: books.heartbeat(beat(stator)))
+            assert not watch.changed()
+        stator.store.heartbeat(beat(stator, "another"))  # the driver's own connections
+        assert watch.changed()
+        assert {w.id for w in stator.store.workers()} == {"test-listener", "another"}
+    finally:
+        watch.close()
+
+
+@pytest.mark.parametrize("order", ["theirs-first", "ours-first"])
+def test_a_commit_of_another_connection_beside_our_own_heartbeat_still_wakes_sqlite(
+    backend: str, build_models: Any, make_stator: Any, order: str
+) -> None:
+    """Safety line: skipping our own commits never swallows another process's commit, even
+    one that lands between two reads together with our own heartbeat."""
+    if not backend.startswith("sqlite"):
+        pytest.skip("data_version is SQLite's")
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    path = stator.store.sqlite_path()
+    watch = SqliteWatch(path)
+    other = sqlite3.connect(path)
+    try:
+        watch.changed()
+
+        def theirs() -> None:
+            other.execute("INSERT INTO orders (id, state) VALUES (1, 'new')")
+            other.commit()
+
+        def ours() -> None:
+            assert watch.write(lambda books: books.heartbeat(beat(stator)))
+
+        for step in (theirs, ours) if order == "theirs-first" else (ours, theirs):
+            step()
+        assert watch.changed()
+        assert not watch.changed()  # seen once
+    finally:
+        other.close()
+        watch.close()
+
+
+def test_the_listener_writes_unseen_only_while_it_polls_sqlite(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    listener, signals, woken = make_listener(stator)
+
+    def heartbeat(books: Any) -> None:
+        books.heartbeat(beat(stator))
+
+    assert not listener.write_unseen(heartbeat)  # not started: the caller writes as usual
+    listener.start()
+    try:
+        if backend.startswith("sqlite"):
+            wait_for(lambda: listener.write_unseen(heartbeat), "the listener to poll",
+                     lambda: woken.wait(0.01))
+            assert [w.id for w in stator.store.workers()] == ["test-listener"]
+        else:
+            assert not listener.write_unseen(heartbeat)  # PostgreSQL: no such connection
+    finally:
+        stop(listener, signals)
+    assert not listener.write_unseen(heartbeat)
 
 
 def test_a_notification_wakes_the_worker_postgresql(

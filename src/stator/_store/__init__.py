@@ -7,6 +7,7 @@ which a Django worker, holding only the shared parts, never loads."""
 
 from typing import TYPE_CHECKING, Any
 
+from ._bookkeeping import Bookkeeping
 from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
 from ._records import (
     EdgeCount,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BEGIN_OPTION",
     "NOTIFY_CHANNEL",
+    "Bookkeeping",
     "Driver",
     "EdgeCount",
     "ErrorRecord",

@@ -9,12 +9,25 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Engine, TextClause, bindparam, delete, func, insert, select, text
+from sqlalchemy import (
+    Engine,
+    TextClause,
+    bindparam,
+    create_engine,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+)
+from sqlalchemy.pool import StaticPool
 
 from . import _schema
+from ._dialects._sqlite import configure_sqlite
 from ._operations import WRITE
 from ._records import EdgeCount, ErrorRecord, Heartbeat, ModelStats, StatsPeriod, WorkerRecord
 
@@ -42,6 +55,16 @@ class Bookkeeping:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    @classmethod
+    def on_sqlite_connection(cls, conn: sqlite3.Connection) -> Bookkeeping:
+        """The records written on one SQLite connection of the caller's (the wake-up
+        listener's, whose own commits do not wake its worker), with the statements and
+        transactions (BEGIN IMMEDIATE, busy_timeout) of a driver's engine.  Its
+        ``engine.dispose()`` closes the connection."""
+        engine = create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
+        configure_sqlite(engine)
+        return cls(engine)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         row = {

@@ -78,7 +78,7 @@ class Worker:
         )
         self._housekeeper = Housekeeper(
             store, clock, self.board, self._tally, self.tracked, options, self.id,
-            self._healthy,
+            self._healthy, self._listener.write_unseen,
         )
         # The coordinator's own state.  Its database steps run on the stator-db-calls thread
         # while it waits for them (``_guarded``), so they count as the coordinator's too.

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import _metrics
 from .._board import Board
 from .._clock import Clock
-from .._store import Heartbeat, StatsPeriod, TrackedModel
+from .._store import Bookkeeping, Heartbeat, StatsPeriod, TrackedModel
 from .._store.interface import Driver
 from ._state import ModelCounters, Tally, WorkerOptions
 
@@ -28,13 +28,16 @@ STATS_EVERY = 30.0
 KEEP_HISTORY = timedelta(days=1)
 
 Guarded = Callable[[Callable[[], bool | None], str], bool]
+# Runs a write of the worker's own records where its commit does not wake the worker (the
+# SQLite listener's connection, ``Listener.write_unseen``); False if it cannot.
+WriteUnseen = Callable[[Callable[[Bookkeeping], None]], bool]
 
 
 class Housekeeper:
     def __init__(
         self, store: Driver, clock: Clock, board: Board, tally: Tally,
         tracked: Sequence[TrackedModel], options: WorkerOptions, worker_id: str,
-        healthy: Callable[[], list[TrackedModel]],
+        healthy: Callable[[], list[TrackedModel]], write_unseen: WriteUnseen,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -44,6 +47,7 @@ class Housekeeper:
         self._options = options
         self._worker_id = worker_id
         self._healthy = healthy  # the tracked models not marked broken
+        self._write_unseen = write_unseen
         self._started = clock.now()
         self._last_heartbeat = 0.0  # coordinator thread
         self._last_stats = time.monotonic()  # coordinator thread
@@ -84,10 +88,14 @@ class Housekeeper:
             self._store.forget_worker(self._worker_id)
 
     def _heartbeat(self) -> bool:
-        self._store.heartbeat(Heartbeat(
+        beat = Heartbeat(
             self._worker_id, self._started, self._clock.now(), self._options.concurrency,
             tuple(self._names), self._board.snapshot(), os.getpid(),
-        ))
+        )
+        # Not seen by this worker's own listener: an idle worker's heartbeat is no reason
+        # for it to look for work.
+        if not self._write_unseen(lambda books: books.heartbeat(beat)):
+            self._store.heartbeat(beat)
         if self._options.liveness_file is not None:
             self._options.liveness_file.touch()
         return True
@@ -103,7 +111,8 @@ class Housekeeper:
                 self._worker_id, name, start, now, queue_depth=count, lag_seconds=lag,
                 **vars(counters),
             ))
-        self._store.record_stats(
-            periods, now - KEEP_HISTORY, _metrics.drain_edges(self._worker_id, now)
-        )
+        edges = _metrics.drain_edges(self._worker_id, now)
+        if not self._write_unseen(lambda books: books.record_stats(
+                periods, now - KEEP_HISTORY, edges)):
+            self._store.record_stats(periods, now - KEEP_HISTORY, edges)
         return True

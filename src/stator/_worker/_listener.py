@@ -3,7 +3,8 @@ another process commits work, so an idle worker sleeps until told instead of pol
 
 PostgreSQL: LISTEN on a connection of its own, proven once by a test notification of its own
 (behind a transaction-pooling PgBouncer notifications never arrive: then it polls).  SQLite:
-a cheap ``PRAGMA data_version`` check every SQLITE_POLL seconds, on a connection of its own.
+a cheap ``PRAGMA data_version`` check every SQLITE_POLL seconds, on a connection of its own,
+which also writes the worker's heartbeats and stats (``write_unseen``, see ``SqliteWatch``).
 A stop interrupts the listener's waits through a pipe (``_StopPipe``).
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._outage import Outage
-from .._store import NOTIFY_CHANNEL
+from .._store import NOTIFY_CHANNEL, Bookkeeping
 from .._store.interface import Driver
 from ._state import Signals
 
@@ -50,6 +51,14 @@ class Listener:
         self.notify_proven = False
         self._stop_pipe: _StopPipe | None = None  # readable once stopped (see _notes)
         self._thread: threading.Thread | None = None
+        self._watch: SqliteWatch | None = None  # set while the SQLite listener polls
+
+    def write_unseen(self, write: Callable[[Bookkeeping], None]) -> bool:
+        """Run ``write`` (the worker's own bookkeeping) on the SQLite listener's connection,
+        whose commits do not wake this worker; False if there is none (PostgreSQL, or the
+        listener is not polling): then the caller writes as usual.  Any thread."""
+        watch = self._watch
+        return watch is not None and watch.write(write)
 
     def start(self) -> None:
         self._stop_pipe = _StopPipe()
@@ -170,16 +179,55 @@ class Listener:
         path = self._store.sqlite_path()
         if not path or path == ":memory:":
             return
-        conn = sqlite3.connect(path, check_same_thread=False, uri=path.startswith("file:"))
+        watch = SqliteWatch(path)
         try:
-            last = None
+            watch.changed()
+            self._watch = watch
             while not self._stop.wait(SQLITE_POLL):
-                (version,) = conn.execute("PRAGMA data_version").fetchone()
-                if last is not None and version != last:
+                if watch.changed():
                     self._wake()
-                last = version
         finally:
-            conn.close()
+            self._watch = None
+            watch.close()
+
+
+class SqliteWatch:
+    """The SQLite listener's connection.  ``changed`` reads ``PRAGMA data_version``, which
+    changes when any other connection commits, and by SQLite's definition never for this
+    connection's own commits: the worker's heartbeats and stats written here (``write``)
+    do not wake it for a claim round that finds nothing, while a commit of any other
+    connection (new work), even one that lands at the same moment as our own, still does.
+    Its reads and writes take turns (one lock), from the listener's and the worker's threads."""
+
+    def __init__(self, path: str) -> None:
+        conn = sqlite3.connect(path, check_same_thread=False, uri=path.startswith("file:"))
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._closed = False
+        self._last: int | None = None
+        self._books = Bookkeeping.on_sqlite_connection(conn)
+
+    def changed(self) -> bool:
+        """Whether another connection committed since the last call (False the first time)."""
+        with self._lock:
+            (version,) = self._conn.execute("PRAGMA data_version").fetchone()
+        changed = self._last is not None and version != self._last
+        self._last = version
+        return changed
+
+    def write(self, write: Callable[[Bookkeeping], None]) -> bool:
+        """Run ``write`` on this connection; False once closed (nothing written)."""
+        with self._lock:
+            if self._closed:
+                return False
+            write(self._books)
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._books.engine.dispose()
+            self._conn.close()
 
 
 class _StopPipe:
