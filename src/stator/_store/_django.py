@@ -7,10 +7,11 @@ over an engine whose connection, in each thread, is that thread's Django connect
 itself would use, and a transaction Django opened (``atomic``, a ``TestCase``) stays
 Django's.  What is its own:
 
-- **objects**: claimed rows become model instances through ``Model.from_db`` and the fields'
-  own converters, as a queryset would make them (``_RowShape``), or plain rows from the same
-  converted values in a state with plain rows (``_plain_rows``); on PostgreSQL in Django's
-  autocommit the claim runs straight on Django's psycopg connection;
+- **objects**: claimed rows become model instances as ``Model.from_db`` and the fields' own
+  converters make them for a queryset (``_RowShape``; quicker where the result is the same,
+  ``_django_rows.py``), or plain rows from the same converted values in a state with plain
+  rows (``_plain_rows``); on PostgreSQL in Django's autocommit the claim runs straight on
+  Django's psycopg connection;
 - **handler transactions**: a sync handler runs inside ``transaction.atomic``
   (``_django_scopes.py``); if it wrote, its fenced transition is written in that
   transaction and both commit, otherwise the transition joins a batch (always, for a plain
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any
 
@@ -42,6 +43,7 @@ from . import _schema, _unreadable
 from ._bookkeeping import Bookkeeping
 from ._dialects import BEGIN_OPTION, dialect_for, listen_connection, with_client_settings
 from ._django_connections import AUTOCOMMIT, _Borrowed, database_url, django_engine, wake_key
+from ._django_rows import instance_maker, quick_converter
 from ._django_scopes import DjangoScopes
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
@@ -286,19 +288,27 @@ class DjangoStore(SharedParts):
         if shape.plain is not None and row[shape.state] in tracked.plain_states:
             obj = shape.plain(values)  # no from_db, no model signals: see ``_plain_rows``
         else:
-            obj = tracked.model.from_db(  # type: ignore[attr-defined]
-                self.alias, shape.attnames, values)
-        when = _DATETIME.process_result_value
-        dialect = self.engine.dialect
+            obj = shape.instance(values)
         claimed = Claimed(
             pk=values[shape.pk], state=row[shape.state],
-            state_changed=when(row[shape.state_changed], dialect),  # type: ignore[arg-type]
-            lease_until=when(row[shape.state_next], dialect),  # type: ignore[arg-type]
+            state_changed=self._utc(row, values, shape.state_changed),  # type: ignore[arg-type]
+            lease_until=self._utc(row, values, shape.state_next),  # type: ignore[arg-type]
             attempts=int(row[shape.state_attempts]),
         )
         if claimed.state_changed is None:  # Django's SQLite converters read garbage as None
             raise ValueError("state_changed does not hold a time")
         return obj, claimed
+
+
+    def _utc(self, row: Sequence[Any], values: list[Any], i: int) -> datetime | None:
+        """Column ``i`` of a claimed row read as the SQLAlchemy driver reads it (aware UTC,
+        from the raw value): the field's converted value when the raw one was a time already
+        and the converter left it, or made it, aware UTC (``USE_TZ``, the connection in UTC:
+        the usual case), since that is the same value."""
+        raw, value = row[i], values[i]
+        if type(raw) is datetime and type(value) is datetime and value.tzinfo is UTC:
+            return value  # raw.replace(tzinfo=UTC), as both made it
+        return _DATETIME.process_result_value(raw, self.engine.dialect)
 
 
 @functools.lru_cache(maxsize=64)
@@ -322,13 +332,14 @@ class _RowShape:
         for i, field in enumerate(fields):
             col = field.get_col(model._meta.db_table)
             for convert in conn.ops.get_db_converters(col) + col.get_db_converters(conn):
-                self.converters.append((i, convert))
+                self.converters.append((i, quick_converter(convert, field)))
         columns = list(tracked.table.c.keys())
         self.pk = self.attnames.index(tracked.pk_attr)
         self.state = columns.index("state")
         self.state_changed = columns.index("state_changed")
         self.state_next = columns.index("state_next")
         self.state_attempts = columns.index("state_attempts")
+        self.instance = instance_maker(model, conn.alias, self.attnames)  # ``from_db``'s
         # Plain rows (``_plain_rows``) have the fields' attnames, and ``pk`` as instances do.
         pk = {} if "pk" in self.attnames else {"pk": property(attrgetter(self.attnames[self.pk]))}
         self.plain = (
