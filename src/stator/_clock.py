@@ -8,8 +8,6 @@ instead of sleeping through them.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -58,14 +56,20 @@ class ManualClock:
 _handler_clock: ContextVar[Clock | None] = ContextVar("stator_handler_clock", default=None)
 
 
-@contextmanager
-def handlers_see(clock: Clock) -> Iterator[None]:
-    """Let the handler running inside see its worker's clock (``handler_now``)."""
-    token = _handler_clock.set(clock)
-    try:
-        yield
-    finally:
-        _handler_clock.reset(token)
+class handlers_see:  # a lower-case name: used as the function it was
+    """Let the handler running inside see its worker's clock (``handler_now``).  A class,
+    not a generator: it wraps every handler call."""
+
+    __slots__ = ("_clock", "_token")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def __enter__(self) -> None:
+        self._token = _handler_clock.set(self._clock)
+
+    def __exit__(self, *exc: object) -> None:
+        _handler_clock.reset(self._token)
 
 
 def handler_now() -> datetime:

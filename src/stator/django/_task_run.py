@@ -14,7 +14,6 @@ taken before the first of them, and the error is kept.  Signals follow ``django.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 from datetime import datetime
@@ -35,7 +34,9 @@ from .._policy import DecidedFailure, Moved, Stayed, Write
 from .._store._writes import writes
 from ._task_options import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from .tasks import (
+    TASK_RESULT_FIELDS,
     StatorBackend,
+    assembled,
     class_path,
     result_from_row,
     task_error,
@@ -241,14 +242,8 @@ def _save(row: StatorTask, started: TaskResult, status: TaskResultStatus | None)
     task_finished.send(StatorBackend, task_result=finished)
 
 
-_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(TaskResult))
-
-
 def _evolved(result: TaskResult, **changes: Any) -> TaskResult:
     """``result`` with ``changes``, as ``dataclasses.replace`` would make it but at a third
     of its cost (it runs once per task): the arguments were normalised when ``result`` was
     built, so ``TaskResult.__post_init__`` (which only normalises them) is not run again."""
-    new = object.__new__(TaskResult)
-    for name in _RESULT_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(result, name))
-    return new
+    return assembled(**{f: getattr(result, f) for f in TASK_RESULT_FIELDS} | changes)

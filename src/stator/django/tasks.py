@@ -27,6 +27,7 @@ with its status and errors, its ``task`` a stand-in (see ``unavailable_task``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import traceback
@@ -222,15 +223,29 @@ def result_from_row(
         except Exception as exc:
             task = unavailable_task(row, exc)
     arguments = row.args_kwargs
-    result = TaskResult(  # as ``_result`` builds it, without its merging (once per task run)
-        task=task, id=row.id, status=TaskResultStatus(status or row.status),
-        backend=row.backend, args=list(arguments["args"]), kwargs=dict(arguments["kwargs"]),
+    state = TaskResultStatus(status or row.status)
+    return assembled(
+        task=task, id=row.id, status=state, backend=row.backend,
+        # Read from JSON, so already what TaskResult's normalize_json would make of them.
+        args=list(arguments["args"]), kwargs=dict(arguments["kwargs"]),
         enqueued_at=row.enqueued_at, started_at=row.started_at, finished_at=row.finished_at,
         last_attempted_at=row.last_attempted_at,
         errors=[TaskError(**e) for e in row.errors], worker_ids=list(row.worker_ids),
+        _return_value=row.return_value if state == TaskResultStatus.SUCCESSFUL else None,
     )
-    if result.status == TaskResultStatus.SUCCESSFUL:
-        object.__setattr__(result, "_return_value", row.return_value)
+
+
+TASK_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(TaskResult))
+
+
+def assembled(**values: Any) -> TaskResult:
+    """The ``TaskResult`` of ``values`` (every field), as its constructor makes it from
+    arguments and keyword arguments that are JSON values already: ``__post_init__`` only
+    passes them through ``normalize_json``, which would copy them to the same values.  Once
+    or twice per task run, where the constructor cost more than the rest of the result."""
+    result = object.__new__(TaskResult)
+    for name in TASK_RESULT_FIELDS:
+        object.__setattr__(result, name, values[name])
     return result
 
 
