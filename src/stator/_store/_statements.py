@@ -75,13 +75,16 @@ def build_statements(t: TrackedModel, d: SqlDialect) -> Statements:
     if scheduled:
         returning = ", ".join(t.quoted_columns)
         stamps = _claim_stamps(t)
+        # The states whose rows run a handler: the only ones a priority orders (the others
+        # are claimed to be deleted or to follow a timed edge, which order does not matter).
+        handled = frozenset(s.name for s in t.graph.states.values() if s.automatic)
 
         def claim(lease_commit: str) -> str:
             if t.limited:
                 return _limited_claim_sql(t, d, returning, extra, stamps, lease_commit)
             return _claim_sql(
                 table, pk, scheduled, d, returning, extra, t.priority, t.lease_column, stamps,
-                lease_commit,
+                lease_commit, handled,
             )
 
         order = "state_next" if t.priority is None else f"{t.priority} DESC, state_next"
@@ -164,22 +167,34 @@ def _sqlite_write_row(t: TrackedModel, d: SqlDialect) -> str:
 
 
 def _due_branches(
-    table: str, pk: str, states: list[str], d: SqlDialect, picked: str, extra: str, order: str
+    table: str, pk: str, states: list[str], d: SqlDialect, picked: str, extra: str, order: str,
+    handled: frozenset[str] | None = None,
 ) -> str:
-    """Each state's oldest due rows, at most :limit per state (the rows a claim may take)."""
+    """Each state's oldest due rows, at most :limit per state (the rows a claim may take).
+
+    Given ``handled`` (the states that run a handler), an ``order`` by priority applies to
+    those states only: the others take their oldest due rows, by the (state, state_next)
+    index, however many rows wait in them."""
+    def rows(name: str) -> str:
+        if handled is None or order == "state_next":
+            return _due_rows(table, pk, name, d, picked, extra, order)
+        if name in handled:
+            return _due_rows(table, pk, name, d, picked, extra, order, d.prioritized_due)
+        return _due_rows(table, pk, name, d, picked, extra, "state_next")
+
     return " UNION ALL ".join(
-        f"SELECT * FROM ({_due_rows(table, pk, name, d, picked, extra, order)}) AS b{i}"
-        for i, name in enumerate(states)
+        f"SELECT * FROM ({rows(name)}) AS b{i}" for i, name in enumerate(states)
     )
 
 
 def _due_rows(
-    table: str, pk: str, name: str, d: SqlDialect, picked: str, extra: str, order: str
+    table: str, pk: str, name: str, d: SqlDialect, picked: str, extra: str, order: str,
+    due: str = "state_next <= :now",
 ) -> str:
     """A state's oldest due rows, at most :limit (one state's share of a claim)."""
     return (
         f"SELECT {pk}, state{picked} FROM {table} "
-        f"WHERE state = '{name}' AND state_next IS NOT NULL AND state_next <= :now{extra} "
+        f"WHERE state = '{name}' AND state_next IS NOT NULL AND {due}{extra} "
         f"ORDER BY {order} LIMIT :limit{d.skip_locked}"
     )
 
@@ -237,7 +252,7 @@ def _claim_update(t: TrackedModel, stamps: str) -> str:
 def _claim_sql(
     table: str, pk: str, states: list[str], d: SqlDialect, returning: str, extra: str = "",
     priority: str | None = None, lease_column: str | None = None, stamps: str = "",
-    lease_commit: str = "",
+    lease_commit: str = "", handled: frozenset[str] | None = None,
 ) -> str:
     """One statement that leases up to :limit due rows, shared fairly between states.
 
@@ -250,7 +265,8 @@ def _claim_sql(
     """
     order = "state_next" if priority is None else f"{priority} DESC, state_next"
     picked = f", {priority}" if priority is not None else ""
-    branches = _due_branches(table, pk, states, d, f", state_next{picked}", extra, order)
+    branches = _due_branches(
+        table, pk, states, d, f", state_next{picked}", extra, order, handled)
     lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
     copy = f", {lease_column} = CASE state {lease} END" if lease_column is not None else ""
     return (

@@ -38,6 +38,8 @@ class SqlDialect:
     server_prepares = False
     # Options of an engine built over connections Stator does not own (Django's).
     lent_engine_options: dict[str, Any] = {}
+    # How a claim ordered by priority spells its "due by now" test (``_due_rows``).
+    prioritized_due = "state_next <= :now"
 
     # A condition the claim's UPDATE carries that makes its commit not wait for the disk
     # (see ``PostgresDialect``); empty where commits cost no such wait.

@@ -22,6 +22,12 @@ class SqliteDialect(SqlDialect):
     wal = True
 
     row_by_row_writes = True
+    # A claim ordered by priority reads its state's rows in the order of the priority index
+    # and stops at :limit due ones.  Given the bare column, SQLite's planner range-scans the
+    # (state, state_next) index instead, fetches every due row and sorts them all: a claim
+    # then costs the whole backlog (5,000 queued tasks: twice the time of the UPDATE of its
+    # 100 rows).  The unary plus keeps the comparison (text with text) and hides the range.
+    prioritized_due = "+state_next <= :now"
     single_writer = True
     times_as_text = True
 
