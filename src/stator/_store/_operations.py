@@ -210,7 +210,6 @@ class SqlOperations:
         sql = tracked.sql.write_row
         assert sql is not None
         applied = []
-        names = _ROW_NAMES if history else _ROW_NAMES[:7]
         try:
             for w in writes:
                 changed = w.state_changed
@@ -221,8 +220,10 @@ class SqlOperations:
                 if history:
                     iso = None if changed is None else changed.isoformat()
                     values = (*values, w.moved, iso)
-                # Numbered placeholders (?1…) are named ones to sqlite3: bind by name.
-                cursor.execute(sql, dict(zip(names, values, strict=True)))
+                    # Numbered placeholders (?1…) are named ones to sqlite3: bind by name.
+                    cursor.execute(sql, dict(zip(_ROW_NAMES, values, strict=True)))
+                else:
+                    cursor.execute(sql, values)  # plain ``?``, in this order
                 if cursor.rowcount == 1:
                     applied.append(w.pk)
         finally:

@@ -10,6 +10,7 @@ once and reuse the plan.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -154,16 +155,19 @@ def _literal(text: str) -> str:
 def _sqlite_write_row(t: TrackedModel, d: SqlDialect) -> str:
     """The same fenced write for one row, positional parameters (SQLite: ``_write_rows``):
     ?1 state, ?2 changed, ?3 next, ?4 attempts, ?5 pk, ?6 fence state, ?7 fence, ?8 moved,
-    ?9 changed (ISO, for the history)."""
+    ?9 changed (ISO, for the history).  Without a history, plain ``?`` in that order, bound
+    from a tuple: sqlite3 binds numbered ones by name only, from a dict made per row (about
+    2 µs of a row's write)."""
     table, pk = t.quoted_table, t.quoted_pk
-    history = ""
-    if t.history_type is not None:
-        append = d.history_append(table, t.history_type, "?1", "?9")
-        history = f", state_history = CASE WHEN ?8 THEN {append} ELSE {table}.state_history END"
-    return (
-        f"UPDATE {table} SET state = ?1, state_changed = ?2, state_next = ?3, "
-        f"state_attempts = ?4{history} WHERE {pk} = ?5 AND state = ?6 AND state_next = ?7"
-    )
+    sets = "state = ?1, state_changed = ?2, state_next = ?3, state_attempts = ?4"
+    fence = "state = ?6 AND state_next = ?7"
+    if t.history_type is None:
+        plain = re.compile(r"\?\d")  # in the fragments above only, never in a quoted name
+        return (f"UPDATE {table} SET {plain.sub('?', sets)} "
+                f"WHERE {pk} = ? AND {plain.sub('?', fence)}")
+    append = d.history_append(table, t.history_type, "?1", "?9")
+    history = f"state_history = CASE WHEN ?8 THEN {append} ELSE {table}.state_history END"
+    return f"UPDATE {table} SET {sets}, {history} WHERE {pk} = ?5 AND {fence}"
 
 
 def _due_branches(

@@ -133,10 +133,10 @@ class Writer:
         moved_any = False
         for tracked, writes in groups:
             counters = self._tally.period[tracked.name]
-            _metrics.written(self._worker_id, tracked.name, tracked.label, writes,
-                             lost.get(tracked.name, ()))
+            refused = lost.get(tracked.name, ())  # looked up once, not per row
+            _metrics.written(self._worker_id, tracked.name, tracked.label, writes, refused)
             for w in writes:
-                if w.pk in lost.get(tracked.name, set()):
+                if refused and w.pk in refused:
                     counters.lost += 1
                     continue
                 counters.processed += 1
