@@ -100,6 +100,7 @@ class DjangoStore(SharedParts):
             self.engine, self.dialect, self.tracked, self.migrate_hint, self.clock)
         self._shapes: dict[str, _RowShape] = {}
         self._driver_sql: dict[str, str] = {}  # claim statements in psycopg's paramstyle
+        self._texts: dict[str, Any] = {}  # claim statements as SQLAlchemy's ``text``
 
     def _track(self, model: Any) -> TrackedModel:
         opts = model._meta
@@ -239,9 +240,17 @@ class DjangoStore(SharedParts):
         if rows is None:
             if connections[self.alias].in_atomic_block:
                 sql = tracked.sql.claim_joined or sql
-            rows = self.ops.run_claim(text(sql), params, tracked.sql.claim_lock)
+            rows = self.ops.run_claim(self._text(sql), params, tracked.sql.claim_lock)
         self.ops.claimed(tracked, rows)
         return [self._materialise(tracked, row) for row in rows]
+
+    def _text(self, sql: str) -> Any:
+        """``text(sql)``, made once per statement: parsing a claim's text for its
+        parameters cost as much as a row of the claim."""
+        clause = self._texts.get(sql)
+        if clause is None:
+            clause = self._texts[sql] = text(sql)
+        return clause
 
     def _claim_on_psycopg(
         self, tracked: TrackedModel, sql: str, params: dict[str, Any]

@@ -134,11 +134,12 @@ def write_results(
 
 
 def _row_params(pk: Any, values: dict[str, Any], texts: _Texts) -> tuple[Any, ...]:
-    """A row's values as SQLite's text (``to_sqlite_text``), for the row-by-row UPDATE."""
-    time, json_text = texts.time, texts.json
+    """A row's values as SQLite's text (``to_sqlite_text``), for the row-by-row UPDATE (in
+    the order of ``TIME_COLUMNS``, ``JSON_COLUMNS``, then the key)."""
+    time, json_text, get = texts.time, texts.json, values.get
     return (
-        *(time(values.get(name)) for name in TIME_COLUMNS),
-        *(json_text(values.get(name)) for name in JSON_COLUMNS),
+        time(get("started_at")), time(get("last_attempted_at")), time(get("finished_at")),
+        json_text(get("return_value")), json_text(get("errors")), json_text(get("worker_ids")),
         pk,
     )
 
@@ -175,12 +176,15 @@ class _Texts:
     def json(self, value: Any) -> str | None:
         if value is None:
             return None
-        if type(value) is list and all(type(v) is str for v in value):
-            key = tuple(value)
-            text = self._lists.get(key)
-            if text is None:
-                text = self._lists[key] = json.dumps(value)
-            return text
+        if type(value) is list:
+            if not value:
+                return "[]"  # json.dumps([])
+            if all(type(v) is str for v in value):
+                key = tuple(value)
+                text = self._lists.get(key)
+                if text is None:
+                    text = self._lists[key] = json.dumps(value)
+                return text
         return json.dumps(value)
 
 
