@@ -101,6 +101,13 @@ class Write:
 
 def first_due(state: State, entered: datetime) -> datetime | None:
     """When a row that has just entered ``state`` first needs the engine, or None for never."""
+    if state.delete_after is None and state.timed_edge is None:
+        # The common case, once per transition: no list, and no new datetime for a state
+        # that starts at once (``entered`` itself: the write formats one time, not two).
+        if not state.automatic:
+            return None
+        return entered if state.start_after == 0 else entered + timedelta(
+            seconds=state.start_after)
     due: list[datetime] = []
     if state.automatic:
         due.append(entered + timedelta(seconds=state.start_after))
