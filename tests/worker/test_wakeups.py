@@ -4,7 +4,10 @@ worker's tables, after its own probe came back), and a stop ends it at once."""
 
 from __future__ import annotations
 
+import os
+import select
 import sqlite3
+import struct
 import threading
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 from stator import SystemClock
 from stator._store import NOTIFY_CHANNEL, Heartbeat
 from stator._worker import _listener
+from stator._worker._file_events import FileEvents
 from stator._worker._listener import Listener, SqliteWatch
 from stator._worker._state import Signals
 
@@ -140,6 +144,112 @@ def test_the_listener_writes_unseen_only_while_it_polls_sqlite(
     finally:
         stop(listener, signals)
     assert not listener.write_unseen(heartbeat)
+
+
+def commit_elsewhere(path: str, pk: int = 1) -> None:
+    other = sqlite3.connect(path)
+    try:
+        other.execute("INSERT INTO orders (id, state) VALUES (?, 'new')", (pk,))
+        other.commit()
+    finally:
+        other.close()
+
+
+def polling(listener: Listener, woken: threading.Event) -> None:
+    """Wait until the SQLite listener has read its first version (its connection is set)."""
+    wait_for(lambda: listener.write_unseen(lambda books: None), "the listener to poll",
+             lambda: woken.wait(0.01))
+
+
+def test_a_commit_wakes_the_worker_through_file_events_sqlite(
+    backend: str, build_models: Any, make_stator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel reports writes (inotify), the listener checks at once after one,
+    instead of ten times a second; the slow poll is kept out of this test's way."""
+    if not backend.startswith("sqlite"):
+        pytest.skip("data_version is SQLite's")
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    path = stator.store.sqlite_path()
+    probe = FileEvents.open(path)
+    if probe is None:
+        pytest.skip("no inotify here")
+    probe.close()
+    monkeypatch.setattr(_listener, "SQLITE_SLOW_POLL", 120.0)
+    listener, signals, woken = make_listener(stator)
+    listener.start()
+    try:
+        polling(listener, woken)
+        woken.clear()
+        commit_elsewhere(path)
+        assert woken.wait(PATIENCE)
+    finally:
+        stop(listener, signals)
+
+
+def fake_events(monkeypatch: pytest.MonkeyPatch, path: str) -> int:
+    """File events from a pipe the test writes (none unless it does); its write end."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    base = os.path.basename(path)
+    monkeypatch.setattr(FileEvents, "open", classmethod(
+        lambda cls, _path: cls(read, {base, f"{base}-wal"})))
+    return write
+
+
+def test_a_commit_whose_file_event_is_missed_is_seen_by_the_slow_poll_sqlite(
+    backend: str, build_models: Any, make_stator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Safety line: file events only hint (one may come before the commit is visible, or
+    never): the slow poll still finds the commit."""
+    if not backend.startswith("sqlite"):
+        pytest.skip("data_version is SQLite's")
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    path = stator.store.sqlite_path()
+    write_end = fake_events(monkeypatch, path)  # never written: no event comes
+    monkeypatch.setattr(_listener, "SQLITE_SLOW_POLL", 0.05)
+    listener, signals, woken = make_listener(stator)
+    listener.start()
+    try:
+        polling(listener, woken)
+        woken.clear()
+        commit_elsewhere(path)
+        assert woken.wait(PATIENCE)
+    finally:
+        stop(listener, signals)
+        os.close(write_end)
+
+
+def test_after_a_file_event_the_listener_looks_again_until_the_commit_shows_sqlite(
+    backend: str, build_models: Any, make_stator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Safety line: a commit's pages are written (the event) a moment before the commit is
+    visible; a first look that sees nothing is followed by more."""
+    if not backend.startswith("sqlite"):
+        pytest.skip("data_version is SQLite's")
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    path = stator.store.sqlite_path()
+    write_end = fake_events(monkeypatch, path)
+    monkeypatch.setattr(_listener, "SQLITE_SLOW_POLL", 120.0)
+    monkeypatch.setattr(_listener, "SQLITE_POLL", 0.01)
+    monkeypatch.setattr(_listener, "SQLITE_LOOKS", 10**9)  # as long as this test needs
+    listener, signals, woken = make_listener(stator)
+    listener.start()
+    try:
+        polling(listener, woken)
+        name = os.fsencode(os.path.basename(path) + "-wal") + b"\0"
+        os.write(write_end, struct.pack("iIII", 1, 0x002, 0, len(name)) + name)
+        read_end = FileEvents.open(path).fileno()  # the listener's (the same pipe)
+        wait_for(lambda: not select.select([read_end], [], [], 0)[0],
+                 "the listener to take the event", lambda: woken.wait(0.01))
+        woken.clear()
+        commit_elsewhere(path)  # visible only after the event's first look
+        assert woken.wait(PATIENCE)
+    finally:
+        stop(listener, signals)
+        os.close(write_end)
 
 
 def test_a_notification_wakes_the_worker_postgresql(

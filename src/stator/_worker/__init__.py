@@ -27,6 +27,7 @@ from ._listener import (
     POLL_WITHOUT_NOTIFY,
     PROBE_TIMEOUT,
     SQLITE_POLL,
+    SQLITE_SLOW_POLL,
 )
 from ._state import TOO_MANY_HUNG, ModelCounters, RunSummary, WorkerOptions
 from ._writer import FLUSH_DELAY, WRITER, WriteBatch
@@ -43,6 +44,7 @@ __all__ = [
     "POLL_WITHOUT_NOTIFY",
     "PROBE_TIMEOUT",
     "SQLITE_POLL",
+    "SQLITE_SLOW_POLL",
     "STATS_EVERY",
     "TOO_MANY_HUNG",
     "WRITER",

@@ -3,8 +3,10 @@ another process commits work, so an idle worker sleeps until told instead of pol
 
 PostgreSQL: LISTEN on a connection of its own, proven once by a test notification of its own
 (behind a transaction-pooling PgBouncer notifications never arrive: then it polls).  SQLite:
-a cheap ``PRAGMA data_version`` check every SQLITE_POLL seconds, on a connection of its own,
-which also writes the worker's heartbeats and stats (``write_unseen``, see ``SqliteWatch``).
+a cheap ``PRAGMA data_version`` check on a connection of its own, which also writes the
+worker's heartbeats and stats (``write_unseen``, see ``SqliteWatch``): every SQLITE_POLL
+seconds, or, where the kernel reports writes to the database's files (``FileEvents``), at
+once after each and every SQLITE_SLOW_POLL seconds besides.
 A stop interrupts the listener's waits through a pipe (``_StopPipe``).
 """
 
@@ -23,11 +25,17 @@ from typing import Any
 from .._outage import Outage
 from .._store import NOTIFY_CHANNEL, Bookkeeping
 from .._store.interface import Driver
+from ._file_events import FileEvents
 from ._state import Signals
 
 log = logging.getLogger("stator.worker")
 
 SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
+# With file events: seconds between checks while no write is reported (the safety net for a
+# commit whose event came before its change was visible), and the checks SQLITE_POLL apart
+# that follow each reported write.
+SQLITE_SLOW_POLL = 1.0
+SQLITE_LOOKS = 3
 POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
 PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
 LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (stop() interrupts it)
@@ -180,15 +188,34 @@ class Listener:
         if not path or path == ":memory:":
             return
         watch = SqliteWatch(path)
+        events = FileEvents.open(path)
         try:
             watch.changed()
             self._watch = watch
-            while not self._stop.wait(SQLITE_POLL):
-                if watch.changed():
+            looks = 0  # checks still to make SQLITE_POLL apart, after a reported write
+            while not self._stop.is_set():
+                if events is None:
+                    self._stop.wait(SQLITE_POLL)
+                elif self._written(events, SQLITE_POLL if looks else SQLITE_SLOW_POLL):
+                    looks = SQLITE_LOOKS
+                else:
+                    looks = max(looks - 1, 0)
+                if not self._stop.is_set() and watch.changed():
                     self._wake()
         finally:
             self._watch = None
             watch.close()
+            if events is not None:
+                events.close()
+
+    def _written(self, events: FileEvents, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a write to the database's files (a stop cuts it short);
+        whether one was reported."""
+        waits = [events.fileno()]
+        if self._stop_pipe is not None:
+            waits.append(self._stop_pipe.fileno())
+        readable, _, _ = select.select(waits, [], [], timeout)
+        return events.fileno() in readable and events.drain()
 
 
 class SqliteWatch:
