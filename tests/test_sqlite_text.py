@@ -26,6 +26,20 @@ def test_sqlite_text_is_the_utc_time_to_the_microsecond(value: datetime) -> None
     assert from_sqlite_text(to_sqlite_text(value)) == value
 
 
+@given(aware, st.lists(st.integers(min_value=-2_000_000, max_value=2_000_000), max_size=20))
+def test_times_close_together_share_no_text_they_should_not(
+    value: datetime, steps: list[int]
+) -> None:
+    """One second's text is kept for the next time formatted (``_last_second``): times in
+    the same second, the next one, or the same second of another minute, hour or day each
+    get their own."""
+    for step in steps:
+        for near in (value + timedelta(microseconds=step), value + timedelta(days=step % 40),
+                     value + timedelta(minutes=step % 90), value + timedelta(hours=step % 30)):
+            expected = near.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+            assert to_sqlite_text(near) == expected
+
+
 def test_a_naive_time_is_refused() -> None:
     with pytest.raises(ValueError, match="naive"):
         to_sqlite_text(datetime(2026, 1, 1))

@@ -13,14 +13,26 @@ from datetime import UTC, datetime
 SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
+# The last second formatted, and its text up to the microseconds: one tuple, replaced whole,
+# so a thread reading it sees a key and its own text, never another second's.
+_last_second: tuple[tuple[int, ...], str] = ((), "")
+
+
 def to_sqlite_text(value: datetime) -> str:
+    global _last_second
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
-    # isoformat is several times faster than strftime, and on the hot path; cutting off its
-    # "+00:00" costs less than ``replace(tzinfo=None)`` (a new datetime) first.
-    return value.isoformat(" ", "microseconds")[:26]
+    # The times written close together (a batch's) mostly share their second: its text is
+    # kept, and only the microseconds formatted, half the cost of ``isoformat`` with its
+    # "+00:00" (several times faster than strftime).
+    second = (value.second, value.minute, value.hour, value.day, value.month, value.year)
+    key, prefix = _last_second
+    if key != second:
+        prefix = value.isoformat(" ", "seconds")[:19]
+        _last_second = (second, prefix)
+    return f"{prefix}.{value.microsecond:06d}"
 
 
 def from_sqlite_text(value: str) -> datetime:
