@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import URL, Engine, event
 
+from ..._time_text import to_sqlite_text
 from ._base import NOTIFY_CHANNEL, SqlDialect
 
 
@@ -72,6 +74,12 @@ class PostgresDialect(SqlDialect):
         arrays = ", ".join(f"CAST(:b_{name} AS {sqltype}[])" for name, sqltype in columns)
         names = ", ".join(name for name, _ in columns)
         return f"unnest({arrays}) AS v({names})"
+
+    def ts_json(self, value: datetime | None) -> str | None:
+        # Fixed-width UTC text and its offset, which PostgreSQL reads as ISO 8601: spelt as
+        # SQLite's (``to_sqlite_text`` keeps the last second's text), at about 60% of
+        # ``isoformat``'s cost, once per moved row of a batched write.
+        return None if value is None else to_sqlite_text(value) + "+00:00"
 
     def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         if not records:
