@@ -119,15 +119,17 @@ class HandlerPool:
         if not tasks:
             return
         self._board.hand_out(len(tasks))
-        states = tasks[0].tracked.graph.states
-        sync = [t for t in tasks
-                if not (states[t.claimed.state].handler_is_async and self._loop is not None)]
+        loop, states = self._loop, tasks[0].tracked.graph.states
+        sync = tasks  # no event loop: no handler is async, every row goes to the threads
+        if loop is not None:
+            sync = [t for t in tasks if not states[t.claimed.state].handler_is_async]
         with self._queued_lock:
             self._queued += len(sync)
             self._async_inflight += len(tasks) - len(sync)
-        for task in tasks:
-            if states[task.claimed.state].handler_is_async and self._loop is not None:
-                asyncio.run_coroutine_threadsafe(self._run_async(task), self._loop)
+        if loop is not None:
+            for task in tasks:
+                if states[task.claimed.state].handler_is_async:
+                    asyncio.run_coroutine_threadsafe(self._run_async(task), loop)
         size = slice_size(len(sync), self._options.concurrency,
                           self.timing.measured >= self._options.concurrency, self.timing.average)
         for i in range(0, len(sync), size):
@@ -278,7 +280,7 @@ class HandlerPool:
                     if not running:  # routine states are reported on change only, not per row
                         board.report(name, ThreadState.RUNNING, notify=False)
                         running = True
-                    self._run_one(task)
+                    self._run_one(task, name)
                     if task.abandoned:
                         board.report(name, ThreadState.ABANDONED)
                         return  # a replacement thread took this one's place (and the rest)
@@ -300,8 +302,8 @@ class HandlerPool:
             board.report(name, ThreadState.DIED)
             self._signals.kick.set()
 
-    def _run_one(self, task: Task) -> None:
-        task.thread = threading.current_thread().name
+    def _run_one(self, task: Task, thread: str) -> None:
+        task.thread = thread
         started = time.monotonic()
         task.started = started
         task.deadline = started + task.timeout
