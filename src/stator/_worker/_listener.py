@@ -6,7 +6,7 @@ PostgreSQL: LISTEN on a connection of its own, proven once by a test notificatio
 a cheap ``PRAGMA data_version`` check on a connection of its own, which also writes the
 worker's heartbeats and stats (``write_unseen``, see ``SqliteWatch``): every SQLITE_POLL
 seconds, or, where the kernel reports writes to the database's files (``FileEvents``), at
-once after each and every SQLITE_SLOW_POLL seconds besides.
+once after each (and a few times more soon after) and every SQLITE_SLOW_POLL seconds besides.
 A stop interrupts the listener's waits through a pipe (``_StopPipe``).
 """
 
@@ -32,10 +32,11 @@ log = logging.getLogger("stator.worker")
 
 SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
 # With file events: seconds between checks while no write is reported (the safety net for a
-# commit whose event came before its change was visible), and the checks SQLITE_POLL apart
-# that follow each reported write.
+# commit whose report came long before it showed), and the pauses between the checks that
+# follow each reported write: a commit's pages are written, and reported, a moment before
+# the commit shows.  Writes reported meanwhile keep the checks going, SQLITE_POLL apart.
 SQLITE_SLOW_POLL = 1.0
-SQLITE_LOOKS = 3
+SQLITE_LOOKS = (0.001, 0.002, 0.005, 0.01, 0.03, SQLITE_POLL, SQLITE_POLL)
 POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
 PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
 LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (stop() interrupts it)
@@ -192,14 +193,17 @@ class Listener:
         try:
             watch.changed()
             self._watch = watch
-            looks = 0  # checks still to make SQLITE_POLL apart, after a reported write
+            looks = len(SQLITE_LOOKS)  # the next of SQLITE_LOOKS after a reported write
             while not self._stop.is_set():
                 if events is None:
                     self._stop.wait(SQLITE_POLL)
-                elif self._written(events, SQLITE_POLL if looks else SQLITE_SLOW_POLL):
-                    looks = SQLITE_LOOKS
-                else:
-                    looks = max(looks - 1, 0)
+                elif looks < len(SQLITE_LOOKS):
+                    self._stop.wait(SQLITE_LOOKS[looks])
+                    looks += 1
+                    if events.drain():  # more writes: look again, but no more often
+                        looks = min(looks, len(SQLITE_LOOKS) - 1)
+                elif self._written(events, SQLITE_SLOW_POLL):
+                    looks = 0  # checked at once, and again after each of SQLITE_LOOKS
                 if not self._stop.is_set() and watch.changed():
                     self._wake()
         finally:
