@@ -33,10 +33,12 @@ log = logging.getLogger("stator.worker")
 SQLITE_POLL = 0.1  # seconds between cross-process change checks on SQLite (one PRAGMA each)
 # With file events: seconds between checks while no write is reported (the safety net for a
 # commit whose report came long before it showed), and the pauses between the checks that
-# follow each reported write: a commit's pages are written, and reported, a moment before
-# the commit shows.  Writes reported meanwhile keep the checks going, SQLITE_POLL apart.
+# follow each reported write: a commit's pages are written, and reported, before the commit
+# shows (after an fsync, with synchronous=FULL: tens of ms).  Writes reported meanwhile go
+# back to SQLITE_LOOKS[SQLITE_LOOKS_AGAIN]: checks at most every 20 ms while writes go on.
 SQLITE_SLOW_POLL = 1.0
-SQLITE_LOOKS = (0.001, 0.002, 0.005, 0.01, 0.03, SQLITE_POLL, SQLITE_POLL)
+SQLITE_LOOKS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.02, 0.03, 0.05, 0.05)
+SQLITE_LOOKS_AGAIN = 4
 POLL_WITHOUT_NOTIFY = 1.0  # seconds between looks for new work when notifications fail
 PROBE_TIMEOUT = 10.0  # seconds the listener waits for its own test notification
 LISTENER_JOIN = 3.0  # seconds run() waits for the listener to end (stop() interrupts it)
@@ -200,8 +202,8 @@ class Listener:
                 elif looks < len(SQLITE_LOOKS):
                     self._stop.wait(SQLITE_LOOKS[looks])
                     looks += 1
-                    if events.drain():  # more writes: look again, but no more often
-                        looks = min(looks, len(SQLITE_LOOKS) - 1)
+                    if events.drain():  # more writes: look again soon, never all the time
+                        looks = min(looks, SQLITE_LOOKS_AGAIN)
                 elif self._written(events, SQLITE_SLOW_POLL):
                     looks = 0  # checked at once, and again after each of SQLITE_LOOKS
                 if not self._stop.is_set() and watch.changed():
