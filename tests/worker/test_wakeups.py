@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 import pytest
+from inotify_simple import parse_events
 
 from stator import SystemClock
 from stator._store import NOTIFY_CHANNEL, Heartbeat
@@ -193,8 +194,27 @@ def fake_events(monkeypatch: pytest.MonkeyPatch, path: str) -> int:
     os.set_blocking(read, False)
     base = os.path.basename(path)
     monkeypatch.setattr(FileEvents, "open", classmethod(
-        lambda cls, _path: cls(read, {base, f"{base}-wal"})))
+        lambda cls, _path: cls(_PipeINotify(read), {base, f"{base}-wal"}, 0x4000)))
     return write
+
+
+class _PipeINotify:
+    """What ``FileEvents`` reads of an ``inotify_simple.INotify``, over the test's pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def read(self, timeout: int) -> list[Any]:
+        try:
+            return parse_events(os.read(self.fd, 65536))
+        except BlockingIOError:
+            return []
+
+    def close(self) -> None:
+        pass
 
 
 def test_a_commit_whose_file_event_is_missed_is_seen_by_the_slow_poll_sqlite(
