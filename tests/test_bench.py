@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import make_url
+from sqlalchemy import make_url, text
 
 from stator._bench import SCENARIOS, Sizes, run_bench
 from stator.cli import cli
@@ -225,3 +225,37 @@ def check_django(line: dict[str, Any]) -> None:
         line["django_transitions_per_second"] / line["sqlalchemy_transitions_per_second"],
         rel=0.01,
     )
+
+
+def test_the_latency_scenarios_application_waits_out_a_held_write_lock(tmp_path: Any) -> None:
+    """On a loaded machine the worker's write can hold SQLite's lock for tens of
+    milliseconds; the application side pauses between tries instead of spending them all
+    inside the lock (stop 29's CI: "row 2 could not be moved in 20 attempts")."""
+    import sqlite3
+    import threading
+    import time
+
+    from stator import Stator
+    from stator._bench._latency import _move
+    from stator._bench._models import LatencyRow
+    from stator._bench._places import insert_rows
+
+    path = tmp_path / "latency.sqlite3"
+    stator = Stator(f"sqlite:///{path}", [LatencyRow])
+    try:
+        stator.migrate()
+        insert_rows(stator.engine, LatencyRow.__tablename__, 1, 1)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        released = threading.Timer(0.3, holder.execute, ("COMMIT",))
+        released.start()
+        try:
+            assert _move(stator, 1) > time.time() - 5
+        finally:
+            released.join()
+            holder.close()
+        with stator.engine.connect() as conn:
+            table = LatencyRow.__tablename__
+            assert conn.execute(text(f"SELECT state FROM {table}")).scalar() == "go"
+    finally:
+        stator.dispose()

@@ -108,14 +108,19 @@ def _transitions(ctx: Context, stator: Stator, count: int) -> dict[int, float]:
     return committed
 
 
-def _move(stator: Stator, pk: int) -> float:
+def _move(stator: Stator, pk: int, patience: float = 10.0) -> float:
     """The application's side: read the row, move it, commit; when the commit returned.
 
-    On SQLite a read transaction cannot write once another connection (the worker writing
-    its heartbeat, say) has committed since it began reading: ``TransitionConflict``, and
-    the application does what it says, tries again in a new transaction.
+    On SQLite a read transaction cannot write once another connection (the worker claiming
+    or writing back, say) has committed since it began reading, nor while that connection
+    holds the write lock: ``TransitionConflict``, and the application does what it says,
+    tries again in a new transaction.  It pauses a little longer each time, as an
+    application should: on a loaded machine the worker's write can hold the lock for tens
+    of milliseconds, and back-to-back tries would all fall inside it.
     """
-    for _attempt in range(20):
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
         with Session(stator.engine) as session:
             row = session.get(LatencyRow, pk)
             assert row is not None
@@ -123,10 +128,13 @@ def _move(stator: Stator, pk: int) -> float:
                 row.transition_perform(LatencyStates.go)
             except TransitionConflict:
                 session.rollback()
-                continue
-            session.commit()
-            return time.time()
-    raise BenchError(f"latency: row {pk} could not be moved in 20 attempts")
+            else:
+                session.commit()
+                return time.time()
+        if time.monotonic() >= deadline:
+            raise BenchError(f"latency: row {pk} could not be moved in {patience:g} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _handler_starts(stator: Stator, count: int, timeout: float = 60.0) -> dict[int, float]:
