@@ -20,6 +20,7 @@ an application's row (its ``state_next`` is its next tick; see ``stator._schedul
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -33,6 +34,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    event,
     inspect,
     select,
     text,
@@ -114,8 +116,6 @@ messages_table = Table(
     Column("handled_at", UTCDateTime(), nullable=True),  # set by the launcher's acknowledgement
     Column("ack", Boolean(), nullable=True),
     Column("outcome", Text, nullable=True),
-    Index("ix_stator_launcher_messages_pending", "id",
-          postgresql_where=text("handled_at IS NULL"), sqlite_where=text("handled_at IS NULL")),
 )
 
 
@@ -182,10 +182,27 @@ schedules_table = Table(
     Column("state_changed", UTCDateTime(), nullable=False, server_default=utc_now_plus()),
     Column("state_next", UTCDateTime(), nullable=True, server_default=utc_now_plus()),
     Column("state_attempts", Integer, nullable=False, server_default=text("0")),
-    Index("ix_stator_schedules_stator_due", "state", "state_next",
-          sqlite_where=text("state_next IS NOT NULL"),
-          postgresql_where=text("state_next IS NOT NULL")),
 )
+
+
+def _partial_index(table: Table, name: str, columns: str, where: str) -> None:
+    """A partial index, created with its table.  Spelt as SQL (the same on SQLite and
+    PostgreSQL), not as an ``Index`` with ``postgresql_where``/``sqlite_where``: naming a
+    database in an index's options loads SQLAlchemy's whole dialect for it when this module
+    is imported (PostgreSQL's, with asyncpg's and pg8000's, on a SQLite worker too), about
+    30 ms of every process's start."""
+    statement = text(f"CREATE INDEX {name} ON {table.name} ({columns}) WHERE {where}")
+
+    def create(_table: Table, conn: Connection, **_kw: Any) -> None:
+        conn.execute(statement)
+
+    event.listen(table, "after_create", create)
+
+
+_partial_index(messages_table, "ix_stator_launcher_messages_pending", "id",
+               "handled_at IS NULL")
+_partial_index(schedules_table, "ix_stator_schedules_stator_due", "state, state_next",
+               "state_next IS NOT NULL")
 
 
 def _v1(conn: Connection) -> None:
