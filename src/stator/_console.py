@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
-from sqlalchemy.exc import DBAPIError
-
+from ._db_errors import database_errors, driver_error
 from ._incurable import is_disk_full
 from .errors import StatorError
 
@@ -70,12 +69,13 @@ def user_errors() -> Iterator[None]:
         yield
     except StatorError as exc:
         fail(str(exc))
-    except DBAPIError as exc:
-        first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+    except database_errors() as exc:
+        orig = driver_error(exc)
+        first = str(orig).strip().splitlines()[0] if orig else str(exc)
         if is_disk_full(exc) or "disk i/o error" in first.lower():
             fail(f"database error: {first}; is the disk that holds the database full "
                  "(df -h) or failing?")
-        if exc.statement is None:  # it failed to connect at all
+        if getattr(exc, "statement", None) is None:  # it failed to connect at all
             first += ("; check the database URL (the APP's, or --db) and that the database "
                       "exists and is reachable")
         fail(f"database error: {first}", code=1)

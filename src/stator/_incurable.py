@@ -15,8 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import DBAPIError
-
+from ._db_errors import connection_lost, driver_error
 from .errors import StatorError
 
 log = logging.getLogger("stator.worker")
@@ -39,9 +38,9 @@ class DatabaseUnusable(StatorError):
 
 def is_incurable(exc: BaseException) -> bool:
     """True for database errors that stay until someone changes the database."""
-    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+    orig = driver_error(exc)
+    if orig is None or connection_lost(exc):
         return False
-    orig = exc.orig
     code = getattr(orig, "sqlstate", None)
     if isinstance(code, str) and code:
         return code[:2] in PG_INCURABLE_CLASSES or code in PG_INCURABLE_CODES

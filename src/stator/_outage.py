@@ -11,9 +11,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-
 from . import _backoff
+from ._db_errors import connection_lost, is_database_error, named
 from ._incurable import is_incurable
 
 log = logging.getLogger("stator.worker")
@@ -26,15 +25,14 @@ DRIVER_MODULES = ("django.db", "sqlite3", "psycopg")
 def is_transient(exc: BaseException) -> bool:
     """Worth retrying: the database was unreachable or busy, not told something wrong.
 
-    SQLAlchemy's errors, and the same kinds raised by Django's ORM or by the drivers
-    themselves (a Django handler's transaction commits through Django, not SQLAlchemy).
+    A driver's errors as Stator's statements raise them (``_db_errors``), and the same kinds
+    raised by Django's ORM or by the drivers themselves (a Django handler's transaction
+    commits through Django, not SQLAlchemy).
     """
     if is_incurable(exc):
         return False
-    if isinstance(exc, OperationalError | InterfaceError):
-        return True
-    if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated
+    if is_database_error(exc):
+        return named(exc, TRANSIENT_NAMES) or connection_lost(exc)
     kind = type(exc)
     return kind.__name__ in TRANSIENT_NAMES and kind.__module__.startswith(DRIVER_MODULES)
 

@@ -13,13 +13,13 @@ from typing import Any
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, router, transaction
 from sqlalchemy import Boolean, ColumnElement, bindparam
-from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import NullType
 
 from .. import _moves
 from .._clock import Clock, SystemClock
+from .._db_errors import database_errors, driver_error, named
 from .._graph import State, StateGraph
 from ..errors import ConfigError, TransitionConflict, TransitionError
 from . import _wake_sender
@@ -98,13 +98,14 @@ def _as_django_errors(alias: str, stale_snapshot: Any, table: str) -> Iterator[N
     with transaction.mark_for_rollback_on_error(using=alias):
         try:
             yield
-        except DBAPIError as exc:
-            if isinstance(exc, OperationalError) and stale_snapshot(str(exc.orig)):
+        except database_errors() as exc:
+            orig = driver_error(exc)
+            if named(exc, ("OperationalError",)) and stale_snapshot(str(orig)):
                 raise stale(table) from exc
-            if not isinstance(exc.orig, Exception):
+            if not isinstance(orig, Exception):
                 raise
             with connections[alias].wrap_database_errors:
-                raise exc.orig from None
+                raise orig from None
 
 
 class _InDjangoQuery(ColumnElement[bool]):

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, insert, text
-from sqlalchemy.exc import DBAPIError
 
 from .._clock import Clock
+from .._db_errors import database_errors
 from .._limits import next_cursor
 from .._policy import Write
 from .._time_text import to_sqlite_text
@@ -122,7 +122,7 @@ class SqlOperations:
             return {}
         try:
             return self._write_all(present, worker_id)
-        except DBAPIError as exc:
+        except database_errors() as exc:
             if not _unreadable.is_unwritable(exc):
                 raise
         # A row's values made the database refuse the whole batch: row by row, so that only

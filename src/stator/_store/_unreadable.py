@@ -38,8 +38,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, insert, select, text
-from sqlalchemy.exc import DataError, DBAPIError, StatementError
+from sqlalchemy.exc import DataError, StatementError
 
+from .._db_errors import database_errors, driver_error
 from .._types import UTCDateTime
 from . import _schema
 from ._tracked import TrackedModel
@@ -213,12 +214,13 @@ def is_unwritable(exc: BaseException) -> bool:
     """The database refused a write for a value it met (a data exception), not for a lost
     connection or a conflict: PostgreSQL's SQLSTATE class 22, SQLite's JSON functions
     meeting text that is not JSON (a ``state_history`` the append cannot extend)."""
-    if not isinstance(exc, DBAPIError):
+    orig = driver_error(exc)
+    if orig is None:
         return False
-    code = getattr(exc.orig, "sqlstate", None)
+    code = getattr(orig, "sqlstate", None)
     if isinstance(code, str):
         return code.startswith("22")
-    return isinstance(exc.orig, sqlite3.OperationalError) and "malformed JSON" in str(exc.orig)
+    return isinstance(orig, sqlite3.OperationalError) and "malformed JSON" in str(orig)
 
 
 def write_row_by_row(
@@ -232,7 +234,7 @@ def write_row_by_row(
         for write in writes:
             try:
                 refused |= store._write_all([(tracked, [write])], worker_id)[tracked.name]
-            except DBAPIError as exc:
+            except database_errors() as exc:
                 if not is_unwritable(exc):
                     raise
                 if not _set_aside_refused(store, tracked, write, exc, worker_id):

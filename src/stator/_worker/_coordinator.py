@@ -16,11 +16,10 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy.exc import DBAPIError
-
 from .. import _backoff, _local_wakeups, _metrics
 from .._board import Board, ThreadState
 from .._clock import Clock
+from .._db_errors import database_errors
 from .._execute import Executor
 from .._failure_log import FailureLog
 from .._incurable import Broken, is_incurable
@@ -233,7 +232,7 @@ class Worker:
                 rows = tracked.in_claim_order(
                     self.store.claim(tracked, now, min(share, room - got))
                 )
-            except DBAPIError as exc:
+            except database_errors() as exc:
                 if not is_incurable(exc):
                     raise
                 self._db.unusable(tracked.name, exc)

@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import wait
 
-from sqlalchemy.exc import DBAPIError
-
 from .. import _incurable, _metrics
+from .._db_errors import database_errors
 from .._incurable import Broken, DatabaseUnusable, first_line, is_disk_full, is_incurable
 from .._outage import Outage, is_transient
 from ._calls import Calls
@@ -51,7 +50,7 @@ class DatabaseSteps:
             self._meanwhile()
         try:
             result = future.result()
-        except DBAPIError as exc:
+        except database_errors() as exc:
             _metrics.db_error()
             if is_incurable(exc):
                 self.unusable(what, exc)

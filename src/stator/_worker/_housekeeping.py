@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy.exc import DBAPIError
-
 from .. import _metrics
 from .._board import Board
 from .._clock import Clock
+from .._db_errors import database_errors
 from .._store import Bookkeeping, Heartbeat, StatsPeriod, TrackedModel
 from .._store.interface import Driver
 from ._state import ModelCounters, Tally, WorkerOptions
@@ -80,11 +79,11 @@ class Housekeeper:
         closed, start = self._tally.close_period()
         try:
             self._write_stats(closed, start, end)
-        except DBAPIError:
+        except database_errors():
             self._tally.reopen(closed, start)
         else:
             self._tally.settle(closed, end)
-        with contextlib.suppress(DBAPIError):
+        with contextlib.suppress(*database_errors()):
             self._store.forget_worker(self._worker_id)
 
     def _heartbeat(self) -> bool:

@@ -16,10 +16,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
 from .. import _incurable, _metrics
 from .._board import Board, ThreadState
+from .._db_errors import database_errors
 from .._outage import Outage, is_transient
 from .._policy import Write
 from .._store import TrackedModel
@@ -176,7 +175,7 @@ class Writer:
             while True:
                 try:
                     lost = self._store.write_all(groups, self._worker_id)
-                except DBAPIError as exc:
+                except database_errors() as exc:
                     if is_transient(exc):
                         wait = outage.failed(exc)
                         if self._disk_stays_full(exc, outage):

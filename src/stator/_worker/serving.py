@@ -26,10 +26,9 @@ from contextlib import contextmanager, nullcontext
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from sqlalchemy.exc import DBAPIError
-
 from .._board import ThreadState
 from .._console import error_line, fail, stderr_may_be_terminal
+from .._db_errors import database_errors
 from .._outage import Outage, is_transient
 from ..errors import StatorError
 from ._coordinator import COORDINATOR, Worker
@@ -142,7 +141,7 @@ def when_reachable(make: Callable[[], Worker]) -> Worker | None:
         while True:
             try:
                 made = make()
-            except DBAPIError as exc:
+            except database_errors() as exc:
                 if not is_transient(exc):
                     raise
                 if stopped.wait(outage.failed(exc)):
