@@ -31,7 +31,6 @@ from ._clock import handler_now
 from ._graph import State, StateGraph
 from ._schedule import Plan, from_definition, next_tick, parse, plan
 from ._schedule import Schedule as Schedule
-from ._schedule_ops import schedule_report as schedule_report
 from ._store._operations import WRITE
 from ._store._schema import schedules_table
 from .errors import ConfigError, TryAgainLater

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, ColumnElement, Connection, Engine
 from sqlalchemy.engine import make_url
@@ -19,15 +19,15 @@ from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State, role
 from ._policy import Write
-from ._schedules import Schedule, parse_for_models, schedule_report, sync, with_schedule_model
+from ._schedules import Schedule, parse_for_models, sync, with_schedule_model
 from ._store import StateCount, TrackedModel
-from ._store._counts import every_state
-from ._store._engine import create_engine_for
-from ._store._limit_usage import StateLimit, limit_usage
 from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
+
+if TYPE_CHECKING:
+    from ._store._limit_usage import StateLimit
 
 RECENT = timedelta(minutes=5)
 LIVE_AFTER = timedelta(seconds=30)
@@ -87,7 +87,12 @@ class Stator:
         self.listen_url = listen_url  # PostgreSQL: a direct connection for wake-ups
         self.declared, self.schedules = schedules, parse_for_models(schedules, self.models)
         run = with_schedule_model(self.models, self.schedules)
-        self.engine = db if isinstance(db, Engine) else create_engine_for(db, concurrency)
+        if isinstance(db, Engine):
+            self.engine = db
+        else:
+            from ._store._engine import create_engine_for
+
+            self.engine = create_engine_for(db, concurrency)
         try:
             self.store: Driver = Store(self.engine, run, clock=self.clock)
         except BaseException:
@@ -312,7 +317,12 @@ class Stator:
     # -- observability ---------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """Per model and state: rows, due, oldest due, failing; recent stats, errors, workers."""
+        """Per model and state: rows, due, oldest due, failing; recent stats, errors, workers.
+        (Its modules are imported here: a worker never reports, and starts without them.)"""
+        from ._schedule_ops import schedule_report
+        from ._store._counts import every_state
+        from ._store._limit_usage import limit_usage
+
         self.check()
         now = self.clock.now()
         counts = self.store.state_counts(now)

@@ -17,7 +17,6 @@ from sqlalchemy import Connection
 
 from .._policy import Write
 from ._bookkeeping import Bookkeeping
-from ._counts import state_counts
 from ._migrate import SchemaKeeper
 from ._operations import SqlOperations
 from ._records import (
@@ -79,6 +78,8 @@ class SharedParts:
         self.books.record_stats(periods, prune_before, edges)
 
     def state_counts(self, now: datetime) -> list[StateCount]:
+        from ._counts import state_counts  # a report's, not a worker's: imported when asked
+
         return state_counts(cast("Driver", self), now)
 
     def recent_stats(self, since: datetime) -> list[ModelStats]:

@@ -18,7 +18,6 @@ from django.db import models
 from .._clock import Clock
 from .._graph import State, StateGraph
 from .._policy import first_due
-from .._store._django_moves import perform, perform_many
 from .fields import NowPlus, StatorDateTimeField
 
 STATOR_FIELDS = ("state", "state_changed", "state_next", "state_attempts")
@@ -98,6 +97,8 @@ class StatorQuerySet(models.QuerySet):
     def transition_perform(self, to: State | str, *, clock: Clock | None = None) -> int:
         """Move every row of this queryset that is in a state with an edge to ``to``, in one
         conditional UPDATE; returns how many moved.  Workers are woken on commit."""
+        from .._store._django_moves import perform_many  # not a worker's: imported when used
+
         return perform_many(self, to, clock)
 
 
@@ -122,6 +123,8 @@ class StatorModel(models.Model, metaclass=StatorModelBase):
         cls, queryset: Any, to: State | str, *, clock: Clock | None = None
     ) -> int:
         """Takahē's spelling of ``queryset.transition_perform(to)``."""
+        from .._store._django_moves import perform_many
+
         return perform_many(queryset, to, clock)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
@@ -145,4 +148,7 @@ class StatorModel(models.Model, metaclass=StatorModelBase):
         instance shows: if someone (a worker, say) moved it meanwhile, ``TransitionConflict``
         is raised and nothing changes.  Workers are woken when the transaction commits.
         """
+        from .._store._django_moves import perform  # not a worker's: imported when used
+
         perform(self, to, clock)
+
