@@ -10,8 +10,9 @@ def noop() -> None:
 
 @task
 def stamp(path: str) -> None:
-    """Writes the time it started (``benchmarks/django_tasks.py --startup``)."""
+    """Writes the time it started and the CPU seconds its worker process had used by then
+    (``benchmarks/django_tasks.py --startup``)."""
     import time
     from pathlib import Path
 
-    Path(path).write_text(repr(time.time()))
+    Path(path).write_text(f"{time.time()!r} {time.process_time()!r}")
