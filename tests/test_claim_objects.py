@@ -1,6 +1,7 @@
 """Claimed rows become ORM objects without the ORM's loader (``_store._Loader``): the objects
 must behave exactly like loaded ones in the handler's session."""
 
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy import String
@@ -102,3 +103,78 @@ def test_a_model_with_load_hooks_still_gets_plain_rows_where_asked(backend, cloc
     assert stator.run_once().transitions == 1
     assert issubclass(seen["type"], PlainRow)
     assert seen["values"] == (7, "as inserted", "new")
+
+
+class Typed(StateGraph):
+    new = State()
+    done = State()
+    new.transitions_to(done)
+
+    @classmethod
+    def check_new(cls, row: Any) -> State:
+        seen["values"] = {name: getattr(row, name) for name in _TYPED}
+        seen["lease"] = row.state_next
+        return cls.done
+
+
+_TYPED = ("flag", "data", "naive", "amount", "blob", "colour", "upper", "state_changed",
+          "state_attempts")  # and state_next, which the claim sets (the lease)
+
+
+def _typed_model() -> Any:
+    import decimal
+    import enum
+
+    from sqlalchemy import JSON, Boolean, DateTime, Enum, LargeBinary, Numeric
+    from sqlalchemy.types import TypeDecorator
+
+    class Colour(enum.Enum):
+        red = 1
+        blue = 2
+
+    class Upper(TypeDecorator[str]):
+        impl = String(20)
+        cache_ok = True
+
+        def process_result_value(self, value: Any, dialect: Any) -> Any:
+            return None if value is None else value.upper()
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Item(StatorMixin, Base):
+        __tablename__ = "claim_typed"
+        state_graph = Typed
+        id: Mapped[int] = mapped_column(primary_key=True)
+        flag: Mapped[bool] = mapped_column(Boolean)
+        data: Mapped[Any] = mapped_column(JSON)
+        naive: Mapped[Any] = mapped_column(DateTime)
+        amount: Mapped[decimal.Decimal] = mapped_column(Numeric(10, 2))
+        blob: Mapped[bytes] = mapped_column(LargeBinary)
+        colour: Mapped[Colour] = mapped_column(Enum(Colour))
+        upper: Mapped[str] = mapped_column(Upper)
+
+    item = Item(id=3, flag=True, data={"a": [1, 2]}, amount=decimal.Decimal("12.50"),
+                blob=b"\x00\x01", colour=Colour.blue, upper="quiet")
+    item.naive = __import__("datetime").datetime(2026, 1, 2, 3, 4, 5)
+    return Item, item
+
+
+def test_a_claimed_row_holds_the_values_the_orm_loads(backend, clock, make_stator):
+    """Whichever way a claim reads its rows (SQLite: the DB-API cursor, ``_raw_claim``), the
+    handler sees every column as the ORM itself loads it."""
+    model, item = _typed_model()
+    stator = make_stator(backend, [model], clock)
+    with Session(stator.engine) as session:
+        session.add(item)
+        session.commit()
+        loaded = session.get(model, 3)
+        expected = {name: getattr(loaded, name) for name in _TYPED}
+    if backend == "sqlite":
+        [tracked] = stator.store.tracked
+        assert stator.store._loader(tracked).raw is not None  # the raw path is what runs
+    seen.clear()
+    assert stator.run_once().transitions == 1
+    assert seen["values"] == expected
+    assert [type(v) for v in seen["values"].values()] == [type(v) for v in expected.values()]
+    assert seen["lease"].tzinfo is UTC and seen["lease"] > expected["state_changed"]

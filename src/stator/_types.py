@@ -39,13 +39,21 @@ class UTCDateTime(TypeDecorator[datetime]):
         return _sql_dialect(dialect).ts(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            return from_sqlite_text(value)
-        if isinstance(value, datetime):
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        raise TypeError(f"unexpected timestamp value {value!r}")
+        return read_time(value)
+
+
+def read_time(value: Any) -> datetime | None:
+    """A time column's value as read (``UTCDateTime``'s result processor): SQLite's text,
+    or a driver's datetime, as an aware UTC datetime."""
+    if type(value) is str:
+        return from_sqlite_text(value)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return from_sqlite_text(value)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    raise TypeError(f"unexpected timestamp value {value!r}")
 
 
 _DIALECTS: dict[str, Any] = {}

@@ -27,6 +27,7 @@ from .._time_text import to_sqlite_text
 from ..errors import ConfigError
 from . import _schema, _unreadable, _wake_sender
 from ._dialects import BEGIN_OPTION, SqlDialect
+from ._raw_claim import RawClaim
 from ._tracked import TrackedModel
 from .interface import INLINE, Driver, DueDepth
 
@@ -59,16 +60,21 @@ class SqlOperations:
         self._cursors: dict[tuple[str, int], Any] = {}
 
     def run_claim(
-        self, statement: Any, params: dict[str, Any], lock: str | None = None
+        self, statement: Any, params: dict[str, Any], lock: str | None = None,
+        raw: RawClaim | None = None,
     ) -> Sequence[Any]:
         """A claim statement, on its own connection, as one write transaction (or one
         autocommit statement, per ``claim_options``); the rows it leased.  With ``lock``
-        (``Statements.claim_lock``), always a transaction that runs ``lock`` first."""
+        (``Statements.claim_lock``), always a transaction that runs ``lock`` first.  With
+        ``raw``, on SQLite the same statement runs on the connection's DB-API cursor
+        (``_raw_claim``), its rows converted as ``statement``'s would be."""
         options = self.claim_options if lock is None else WRITE
         with self._writer, self.engine.connect().execution_options(**options) as conn, \
                 conn.begin():
             if lock is not None:
                 conn.execute(text(lock))
+            if raw is not None and (dbapi := self.driver.sqlite_connection(conn)) is not None:
+                return raw.fetch(dbapi, params)
             return conn.execute(statement, params).all()
 
     def claim_params(self, tracked: TrackedModel, now: datetime, limit: int) -> dict[str, Any]:

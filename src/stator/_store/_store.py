@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session, configure_mappers
 from sqlalchemy.orm.attributes import instance_state
 
@@ -27,6 +28,7 @@ from ._bookkeeping import Bookkeeping
 from ._dialects import SqlDialect, dialect_for, listen_connection
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
+from ._raw_claim import RawClaim
 from ._sessions import SessionScopes
 from ._shared_parts import SharedParts
 from ._tracked import TrackedModel
@@ -140,7 +142,8 @@ class Store(SharedParts):
     def _loader(self, tracked: TrackedModel) -> _Loader:
         loader = self._loaders.get(tracked.name)
         if loader is None:
-            loader = self._loaders[tracked.name] = _Loader(tracked, tracked.sql.claim or "")
+            loader = self._loaders[tracked.name] = _Loader(
+                tracked, tracked.sql.claim or "", self.engine.dialect, self.dialect.named_params)
         return loader
 
     def load_one(self, conn: Connection, tracked: TrackedModel, key: Any) -> ClaimedRow:
@@ -154,9 +157,10 @@ class Store(SharedParts):
         loader = self._loader(tracked)
         if not loader.fast:
             return self._claim_orm(tracked, sql, params)
-        rows = self.ops.run_claim(loader.statement, params, tracked.sql.claim_lock)
+        rows = self.ops.run_claim(loader.statement, params, tracked.sql.claim_lock, loader.raw)
         self.ops.claimed(tracked, rows)
-        return [loader.load(row) for row in rows]
+        load = loader.load
+        return [load(row) for row in rows]
 
     def _claim_orm(
         self, tracked: TrackedModel, sql: str, params: dict[str, Any]
@@ -193,12 +197,21 @@ class _Loader:
     instance state, nothing to attach.
     """
 
-    def __init__(self, tracked: TrackedModel, sql: str) -> None:
+    def __init__(
+        self, tracked: TrackedModel, sql: str, dialect: Dialect, named_params: bool
+    ) -> None:
         configure_mappers()  # the attribute machinery the objects need must exist
         mapper: Any = inspect(tracked.model)
         self.manager = mapper.class_manager
         self.fast = not self.manager.dispatch.load and not self.manager.dispatch.refresh
         self.statement = text(sql).columns(*tracked.table.c)
+        # The same claim on the DB-API cursor (``_raw_claim``) where the driver takes the
+        # statement as written, unless its text holds a backslash: ``text()`` reads ``\:``
+        # as an escaped colon, the driver would not.
+        self.raw = (
+            RawClaim.build(sql, list(tracked.table.c), dialect)
+            if named_params and "\\" not in sql else None
+        )
         self.one = text(
             f"SELECT {', '.join(tracked.quoted_columns)} FROM {tracked.quoted_table} "
             f"WHERE {tracked.quoted_pk} = :pk"
