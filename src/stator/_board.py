@@ -26,7 +26,11 @@ class ThreadState(StrEnum):
 
 class Board:
     def __init__(self) -> None:
-        self.condition = threading.Condition()
+        # The condition's own lock, taken directly but for ``wait``: the same lock (notify
+        # needs it held), without the Python call each way that entering the ``Condition``
+        # adds (``take_back`` runs once per row).
+        self._lock = threading.Lock()
+        self.condition = threading.Condition(self._lock)
         self._states: dict[str, ThreadState] = {}
         self.handed_out = 0  # rows given to handler threads
         self.taken_back = 0  # rows whose outcome came back
@@ -34,36 +38,36 @@ class Board:
     def report(self, thread: str, state: ThreadState, notify: bool = True) -> None:
         """Record a thread's new state.  Routine states (waiting/running) are recorded without
         waking anyone; the ones a watcher must act on (died, abandoned, stopped) wake it."""
-        with self.condition:
+        with self._lock:
             self._states[thread] = state
             if notify:
                 self.condition.notify_all()
 
     def state_of(self, thread: str) -> ThreadState | None:
-        with self.condition:
+        with self._lock:
             return self._states.get(thread)
 
     def forget(self, thread: str) -> None:
-        with self.condition:
+        with self._lock:
             self._states.pop(thread, None)
             self.condition.notify_all()
 
     def hand_out(self, count: int = 1) -> None:
-        with self.condition:
+        with self._lock:
             self.handed_out += count
 
     def take_back(self, count: int = 1) -> None:
-        with self.condition:
+        with self._lock:
             self.taken_back += count
             if self.taken_back == self.handed_out:  # quiet: the one moment a watcher cares
                 self.condition.notify_all()
 
     def snapshot(self) -> dict[str, str]:
-        with self.condition:
+        with self._lock:
             return {name: str(state) for name, state in sorted(self._states.items())}
 
     def outstanding(self) -> int:
-        with self.condition:
+        with self._lock:
             return self.handed_out - self.taken_back
 
     def wait(self, timeout: float) -> None:
@@ -72,5 +76,5 @@ class Board:
             self.condition.wait(timeout)
 
     def poke(self) -> None:
-        with self.condition:
+        with self._lock:
             self.condition.notify_all()

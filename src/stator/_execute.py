@@ -15,19 +15,24 @@ import inspect
 import sys
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import _policy
 from ._clock import Clock, handlers_see
 from ._outage import is_transient
 from ._plain_rows import NO_WRITES, PlainRow
-from ._policy import Claimed, DecidedFailure, Failed, Moved, Outcome, Stayed, Write
+from ._policy import Claimed, DecidedFailure, Failed, Outcome, Stayed, Write, moved_to
 from ._store import TrackedModel
 from ._store.interface import Driver, HandlerScope, HandlerScopes
 from .errors import TryAgainLater
 
 BUSY_RETRY = 1.0  # seconds before retrying a row whose commit met a busy/lost database
+
+
+# Between a task's ``finish`` and ``abandon`` (its runner's thread and the coordinator): one
+# lock for every task, held for a few lines, rather than one made per claimed row.
+_FINISHING = threading.Lock()
 
 
 @dataclass(eq=False, slots=True)
@@ -46,11 +51,10 @@ class Task:
     deadline: float | None = None
     abandoned: bool = False
     thread: str = ""  # the handler thread running it
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def finish(self) -> bool:
         """Mark done by the runner; False if the coordinator already gave up on it."""
-        with self._lock:
+        with _FINISHING:
             if self.abandoned:
                 return False
             self.deadline = None
@@ -58,7 +62,7 @@ class Task:
 
     def abandon(self) -> bool:
         """Give up on a running task past its deadline; False if it finished meanwhile."""
-        with self._lock:
+        with _FINISHING:
             if self.deadline is None or self.abandoned:
                 return False
             self.abandoned = True
@@ -152,7 +156,7 @@ class Executor:
         if isinstance(target, str):
             handler = task.tracked.graph.states[task.claimed.state].handler
             return Failed("invalid", target, _returned_from(handler))
-        return Moved(target)
+        return moved_to(target)
 
     def _conclude(self, task: Task, scope: HandlerScope, outcome: Outcome) -> None:
         """Turn the outcome into a write, committing the handler's changes with it if any."""

@@ -108,10 +108,16 @@ def plain_row_builder(
     cls = type(f"{model.__name__}PlainRow", (PlainRow,), namespace)
     # Each slot set through its own descriptor, unrolled: the generated function (as
     # ``dataclasses`` generates ``__init__``) costs about half of a loop over the slots.
+    # ``stator_extra`` starts as None: the engine reads it after every handler, and a slot
+    # never set costs that read an AttributeError raised and caught (four times the time).
     setters = {f"_set{i}": getattr(cls, name).__set__ for i, name in enumerate(names)}
     lines = [f"    _set{i}(row, values[{i}])" for i in range(len(names))]
+    lines.append("    _set_extra(row, None)")
     source = "def build(values):\n    row = _new(_cls)\n" + "\n".join(lines) + "\n    return row\n"
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
+    scope: dict[str, Any] = {
+        "_new": object.__new__, "_cls": cls, "_set_extra": getattr(cls, EXTRA).__set__,
+        **setters,
+    }
     exec(source, scope)  # the source is made above from slot indexes only, no names
     build: Callable[[Sequence[Any]], PlainRow] = scope["build"]
     return build

@@ -39,6 +39,19 @@ class Moved:
     target: State
 
 
+def moved_to(target: State) -> Moved:
+    """``Moved(target)``, made once per state (a handler's every move to ``target`` shares
+    it: it is frozen), not once per row.  Keyed by identity, checked on the way out: a
+    state's ``__hash__`` and ``__eq__`` are Python calls, costlier than the object."""
+    found = _MOVES.get(id(target))
+    if found is None or found.target is not target:
+        found = _MOVES[id(target)] = Moved(target)
+    return found
+
+
+_MOVES: dict[int, Moved] = {}  # any thread; a race makes an equal Moved twice, no harm
+
+
 @dataclass(frozen=True, slots=True)
 class Stayed:
     """``None`` returned, or ``TryAgainLater`` raised: no penalty."""
