@@ -340,3 +340,36 @@ def test_without_a_failure_hook_a_failure_writes_nothing_else(
     stator.run_once(raise_errors=False)
     with Session(stator.engine) as session:
         assert session.get(Job, 1).result is None  # type: ignore[union-attr]
+
+
+def test_write_columns_must_name_columns_and_a_kind_and_exclude_the_hook(
+    backend: str, clock: Any
+) -> None:
+    """``stator_write_columns`` is checked when the model is taken on: a column that is not
+    the table's, a kind that is not one of ``_write_columns.KINDS``, and a model that also
+    has ``stator_write_extra`` (one way to write ``stator_extra``) are refused."""
+    model = models(hook=False)
+    model.stator_write_columns = {"outcome": "value"}
+    with pytest.raises(ConfigError, match="outcome"):
+        Stator(backend, [model], clock=clock)
+    model.stator_write_columns = {"result": "blob"}
+    with pytest.raises(ConfigError, match="blob"):
+        Stator(backend, [model], clock=clock)
+    both = models()
+    both.stator_write_columns = {"result": "value"}
+    with pytest.raises(ConfigError, match="both"):
+        Stator(backend, [both], clock=clock)
+
+
+def test_write_columns_carry_the_handlers_values(
+    backend: str, clock: Any, make_stator: Any
+) -> None:
+    """A model with ``stator_write_columns`` and no hook: what the handler left is written
+    with the transition, by the fenced write itself (also when the handler wrote too)."""
+    model = models(hook=False)
+    model.stator_write_columns = {"result": "value"}
+    stator = make_stator(backend, [model], clock)
+    with stator.engine.begin() as conn:
+        conn.execute(insert(model), [{"id": 1, "order": 0}, {"id": 2, "order": -1}])
+    assert stator.run_once().transitions == 2
+    assert results(stator, model) == {1: ("done", "done 1"), 2: ("done", "slow")}

@@ -204,7 +204,7 @@ class Executor:
         (``stator_failure_extra``): only failures pay for it."""
         tracked = task.tracked
         hook = tracked.failure_extra
-        if write.failure is None or hook is None or tracked.write_extra is None:
+        if write.failure is None or hook is None or not tracked.writes_extra:
             return write
         return dataclasses.replace(write, extra=hook(task.obj, write, task.error))
 
@@ -238,10 +238,11 @@ async def _contained(handler: Any) -> Any:
 def _extra(task: Task, outcome: Outcome) -> tuple[Outcome, Any]:
     """What the handler left for the write (``obj.stator_extra``), checked against the model.
 
-    A model must say how to write it (``stator_write_extra``); a handler leaving values that
-    nothing would write is a mistake to report, not a result to drop silently."""
+    A model must say how to write it (``stator_write_columns`` or ``stator_write_extra``); a
+    handler leaving values that nothing would write is a mistake to report, not a result to
+    drop silently."""
     extra = getattr(task.obj, "stator_extra", None)
-    if extra is None or task.tracked.write_extra is not None:
+    if extra is None or task.tracked.writes_extra:
         return outcome, extra
     name = task.tracked.name
     return Failed(

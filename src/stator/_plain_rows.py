@@ -10,8 +10,8 @@ columns and nothing else (no methods, properties or relationships of the model).
 
 Read-only: setting (or deleting) an attribute raises ``PlainRowError``, naming the state and
 how to opt out, since nothing would write the change.  The one exception is ``stator_extra``
-(values for the model's ``stator_write_extra`` hook), which the engine does write, with the
-transition.
+(values for the model's ``stator_write_columns`` or ``stator_write_extra``), which the engine
+does write, with the transition.
 
 Its handler runs in ``NO_WRITES``: no session, no transaction of its own, so its transition
 always joins the batched write; anything the handler writes to the database itself is

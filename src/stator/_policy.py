@@ -105,10 +105,10 @@ class Write:
     failure: Failed | None = None
     attempt: int = 0  # the attempt number the failure belongs to (for the error log)
     failed_at: datetime | None = None  # when that attempt failed (for the error log)
-    # Values for the model's own columns that the handler left (``obj.stator_extra``), written
-    # by the model's ``stator_write_extra`` in the same transaction as this write, and only
-    # if its fence held: a handler's result rides the batched write instead of costing a
-    # transaction of its own (the django.tasks backend's return values and errors).
+    # Values for the model's own columns that the handler left (``obj.stator_extra``), set by
+    # this write itself (``stator_write_columns``) or by the model's ``stator_write_extra`` in
+    # its transaction, and only if its fence held: a handler's result rides the batched write
+    # instead of costing a transaction of its own (the django.tasks backend's results).
     extra: Any = None
 
 

@@ -1,8 +1,9 @@
 """The model hooks a driver honours in its claim and its write, which the django.tasks
-backend is built on: ``stator_write_extra`` (the handler's results, written in the fenced
-write's transaction and only where the fence held), ``stator_lease_column`` (the claim
-copies its lease there) and ``stator_claim_stamps`` (the claim stamps the rows it takes up
-for a handler); and ``load_one``, a row loaded as a claim loads it."""
+backend is built on: ``stator_write_columns`` and ``stator_write_extra`` (the handler's
+results, written by the fenced write itself or in its transaction, only where the fence
+held), ``stator_lease_column`` (the claim copies its lease there) and
+``stator_claim_stamps`` (the claim stamps the rows it takes up for a handler); and
+``load_one``, a row loaded as a claim loads it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from driver_rig import Flow, Rig
 from sqlalchemy import Connection, text
 
@@ -48,6 +50,45 @@ def test_extra_is_written_with_the_fenced_write_and_only_where_the_fence_held(
     current = replace(after_run(Flow, claims[1], Moved(Flow.held), clock.now()), extra="1")
     assert driver.write(tracked, [current]) == set()
     assert (rig.row(driver, 1) or {}).get("result") == "1"
+
+
+@pytest.mark.parametrize("history", [False, True], ids=["plain", "history"])
+def test_write_columns_are_set_by_the_fenced_write_and_only_where_the_fence_held(
+    rig: Rig, clock: ManualClock, history: bool
+) -> None:
+    """``stator_write_columns``: a write's ``extra`` sets those columns in the fenced write
+    itself, so a write whose lease was lost sets none of them; a write without ``extra`` in
+    the same batch leaves them as they are (with a history: SQLite's numbered placeholders)."""
+    model = rig.model(Flow, history=history, times=("finished",), texts=("result", "note"),
+                      hooks={"stator_write_columns": {
+                          "result": "value", "finished": "time", "note": "json"}})
+    driver = rig.driver(model)
+    (tracked,) = driver.tracked
+    rig.insert(driver, {"id": 1})
+    [(_o, slow)] = driver.claim(tracked, clock.now(), 5)
+    clock.set(slow.lease_until + timedelta(seconds=1))
+    now = clock.now()
+    rig.insert(driver, *({"id": pk, "state_changed": now, "state_next": now, "result": "kept"}
+                         for pk in (2, 3)))
+    claims = {c.pk: c for _o, c in driver.claim(tracked, now, 5)}
+    assert sorted(claims) == [1, 2, 3]  # row 1 again: the slow claim's lease ran out
+
+    def done(claimed: Any, result: str) -> Any:
+        extra = {"result": result, "finished": now, "note": ["done", result]}
+        return replace(after_run(Flow, claimed, Moved(Flow.held), now), extra=extra)
+
+    late, on_time = done(slow, "late"), done(claims[2], "2")
+    plain = after_run(Flow, claims[3], Moved(Flow.held), now)  # no extra: columns untouched
+    assert driver.write_all([(tracked, [late, on_time, plain])]) == {tracked.name: {1}}
+    rows = [rig.row(driver, pk) or {} for pk in (1, 2, 3)]
+    assert [(r["state"], r["result"], r["finished"], r["note"]) for r in rows] == [
+        ("new", None, None, None),
+        ("held", "2", now, '["done", "2"]'),
+        ("held", "kept", None, None),
+    ]
+    assert driver.write(tracked, [done(claims[1], "1")]) == set()
+    row = rig.row(driver, 1) or {}
+    assert (row["state"], row["result"], row["finished"]) == ("held", "1", now)
 
 
 def test_the_claim_copies_its_lease_into_the_lease_column(rig: Rig, clock: ManualClock) -> None:

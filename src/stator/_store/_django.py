@@ -242,7 +242,8 @@ class DjangoStore(SharedParts):
                 sql = tracked.sql.claim_joined or sql
             rows = self.ops.run_claim(self._text(sql), params, tracked.sql.claim_lock)
         self.ops.claimed(tracked, rows)
-        return [self._materialise(tracked, row) for row in rows]
+        shape, conn = self._shape(tracked), connections[self.alias]  # once, not per row
+        return [self._materialise(tracked, row, shape, conn) for row in rows]
 
     def _text(self, sql: str) -> Any:
         """``text(sql)``, made once per statement: parsing a claim's text for its
@@ -284,14 +285,23 @@ class DjangoStore(SharedParts):
         finally:
             cursor.close()
 
-    def _materialise(self, tracked: TrackedModel, row: Sequence[Any]) -> ClaimedRow:
-        """A model instance as a queryset would build it, and the engine's view of the claim
-        (from the raw values, so it does not depend on USE_TZ)."""
+    def _shape(self, tracked: TrackedModel) -> _RowShape:
         shape = self._shapes.get(tracked.name)
         if shape is None:
             shape = self._shapes[tracked.name] = _RowShape(tracked, connections[self.alias])
+        return shape
+
+    def _materialise(
+        self, tracked: TrackedModel, row: Sequence[Any], shape: _RowShape | None = None,
+        conn: Any = None,
+    ) -> ClaimedRow:
+        """A model instance as a queryset would build it, and the engine's view of the claim
+        (from the raw values, so it does not depend on USE_TZ).  ``shape`` and ``conn`` (this
+        thread's Django connection: an ``asgiref`` local's lookup) are looked up once per
+        claim by the caller, or here."""
+        shape = shape or self._shape(tracked)
+        conn = conn or connections[self.alias]
         values = list(row)
-        conn = connections[self.alias]
         for i, convert in shape.converters:
             values[i] = convert(values[i], None, conn)
         if shape.plain is not None and row[shape.state] in tracked.plain_states:

@@ -25,7 +25,7 @@ from .._limits import next_cursor
 from .._policy import Write
 from .._time_text import to_sqlite_text
 from ..errors import ConfigError
-from . import _schema, _unreadable, _wake_sender
+from . import _schema, _unreadable, _wake_sender, _write_columns
 from ._dialects import BEGIN_OPTION, SqlDialect
 from ._raw_claim import RawClaim
 from ._tracked import TrackedModel
@@ -158,7 +158,7 @@ class SqlOperations:
         folded in when one is due; returns the primary keys whose fence no longer held."""
         delete = writes[0].delete
         history = not delete and tracked.history_type is not None
-        params = self._batch(writes, history)
+        params = self.dialect.batch_columns(self._batch(writes, history))
         sql = tracked.sql.delete if delete else tracked.sql.write
         notify = tracked.sql.write_notify
         if not delete and notify and any(w.moved for w in writes) and self._notify_due(tracked):
@@ -181,23 +181,42 @@ class SqlOperations:
             if raw is not None and tracked.sql.write_row is not None:
                 applied.update(self._write_rows(raw, tracked, updates))
             else:
-                history = tracked.history_type is not None
-                params = self._batch(updates, history)
-                applied.update(conn.execute(text(tracked.sql.write), params).scalars())
+                applied.update(self._write_batch(conn, tracked, updates))
         if deletes:
-            params = self._batch(deletes)
+            params = self.dialect.batch_columns(self._batch(deletes))
             applied.update(conn.execute(text(tracked.sql.delete), params).scalars())
-        extras = [w for w in updates if w.extra is not None and w.pk in applied]
-        if extras:
-            if tracked.write_extra is None:
-                raise ConfigError(f"model {tracked.name} has no stator_write_extra")
-            tracked.write_extra(self.driver, conn, extras)
+        if not tracked.write_columns:  # else the fenced write above wrote them
+            extras = [w for w in updates if w.extra is not None and w.pk in applied]
+            if extras:
+                if tracked.write_extra is None:
+                    raise ConfigError(f"model {tracked.name} has no stator_write_extra")
+                tracked.write_extra(self.driver, conn, extras)
         failures = [w for w in writes if w.failure is not None and w.pk in applied]
         if failures:
             self._record_errors(conn, tracked, failures, worker_id)
         if any(w.moved for w in updates):
             self._notify_moves(conn, tracked)
         return {w.pk for w in writes} - applied
+
+    def _write_batch(
+        self, conn: Connection, tracked: TrackedModel, updates: Sequence[Write]
+    ) -> list[Any]:
+        """The fenced write of a batch as one statement, or two where some of its writes
+        carry values for the model's ``stator_write_columns`` and some not; the primary keys
+        whose fence held."""
+        history = tracked.history_type is not None
+        folded = [w for w in updates if w.extra is not None] if tracked.write_columns else []
+        plain = [w for w in updates if w.extra is None] if folded else updates
+        applied: list[Any] = []
+        if plain:
+            params = self.dialect.batch_columns(self._batch(plain, history))
+            applied.extend(conn.execute(text(tracked.sql.write), params).scalars())
+        if folded:
+            more = _write_columns.batch_columns(
+                tracked.write_columns, folded, self.dialect.row_by_row_writes)
+            params = self.dialect.batch_columns(self._batch(folded, history) | more)
+            applied.extend(conn.execute(text(str(tracked.sql.write_extra)), params).scalars())
+        return applied
 
     def _write_rows(
         self, raw: sqlite3.Connection, tracked: TrackedModel, writes: Sequence[Write]
@@ -215,21 +234,26 @@ class SqlOperations:
         cursor = raw.cursor()
         sql = tracked.sql.write_row
         assert sql is not None
+        # A write carrying values for the model's ``stator_write_columns`` sets them too.
+        sql_more = tracked.sql.write_row_extra or sql
+        values_of = (_write_columns.encoders(tracked.write_columns, True)
+                     if tracked.sql.write_row_extra else None)
         applied = []
         try:
             for w in writes:
                 changed = w.state_changed
-                values: tuple[Any, ...] = (
-                    w.state, ts(changed), ts(w.state_next), w.attempts, w.pk, w.fence_state,
-                    ts(w.fence),
-                )
+                head = (w.state, ts(changed), ts(w.state_next), w.attempts)
+                fence = (w.pk, w.fence_state, ts(w.fence))
+                more = () if values_of is None or w.extra is None else values_of(w.extra)
                 if history:
                     iso = None if changed is None else changed.isoformat()
-                    values = (*values, w.moved, iso)
+                    values = (*head, *fence, w.moved, iso, *more)
                     # Numbered placeholders (?1…) are named ones to sqlite3: bind by name.
-                    cursor.execute(sql, dict(zip(_ROW_NAMES, values, strict=True)))
+                    cursor.execute(sql_more if more else sql,
+                                   dict(zip(_ROW_NAMES, values, strict=False)))
                 else:
-                    cursor.execute(sql, values)  # plain ``?``, in this order
+                    # plain ``?``, in this order
+                    cursor.execute(sql_more if more else sql, (*head, *more, *fence))
                 if cursor.rowcount == 1:
                     applied.append(w.pk)
         finally:
@@ -251,14 +275,15 @@ class SqlOperations:
         """A notification on the wake-up channel (the listener's check that they arrive)."""
         _wake_sender.notify_now(self.engine, self.dialect, payload)
 
-    def _batch(self, writes: Sequence[Write], history: bool = True) -> dict[str, Any]:
-        """The statement's batch parameters, built column by column (``WRITE_COLUMNS``), not
-        a record per row.  Each distinct time is formatted once: a claim's rows share their
-        lease (the fence), and a move's due time is often its change time.  ``history``: the
+    def _batch(self, writes: Sequence[Write], history: bool = True) -> dict[str, list[Any]]:
+        """The statement's batch columns (``dialect.batch_columns`` makes them parameters),
+        built column by column (``WRITE_COLUMNS``), not a record per row.  Each distinct time
+        is formatted once: a claim's rows share their lease (the fence), and a move's due time
+        is often its change time.  ``history``: the
         table keeps ``state_history`` (only then is ``changed_iso`` read; formatting it for
         nothing cost a tenth of the write's Python time)."""
         ts = _TimeTexts(self.dialect.ts_json)
-        return self.dialect.batch_columns({
+        return {
             "pk": [w.pk for w in writes],
             "fence_state": [w.fence_state for w in writes],
             "fence": [ts(w.fence) for w in writes],
@@ -271,7 +296,7 @@ class SqlOperations:
                 w.state_changed.isoformat() if history and w.state_changed else None
                 for w in writes
             ],
-        })
+        }
 
     def _record_errors(
         self, conn: Connection, tracked: TrackedModel, writes: list[Write], worker_id: str
@@ -340,7 +365,8 @@ class SqlOperations:
         return out
 
 
-_ROW_NAMES = tuple(str(i) for i in range(1, 10))  # ``write_row``'s ?1…?9, bound by name
+# ``write_row``'s ?1…?9 and ``write_row_extra``'s more, bound by name.
+_ROW_NAMES = tuple(str(i) for i in range(1, 100))
 
 
 class _TimeTexts:

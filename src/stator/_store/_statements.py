@@ -59,6 +59,11 @@ class Statements:
     write_notify: str | None = None
     # The fenced write of one row, positional (``?1``…); where writes run row by row.
     write_row: str | None = None
+    # ``write`` and ``write_row`` that also set the model's ``stator_write_columns`` from the
+    # batch's ``x0``, ``x1``… (``?10``, ``?11``… in ``write_row``): a write that carries a
+    # handler's values; None for a model without such columns.
+    write_extra: str | None = None
+    write_row_extra: str | None = None
     # The fenced delete of a batch, returning the keys it deleted.
     delete: str = ""
 
@@ -107,6 +112,29 @@ def build_statements(t: TrackedModel, d: SqlDialect) -> Statements:
         )
     columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
     source = d.batch_source(columns)
+    write = _write_sql(t, d)
+    more = t.write_columns_sql
+    return replace(
+        claims,
+        write=write,
+        write_notify=d.with_notify(write),
+        write_row=_sqlite_write_row(t, d) if d.row_by_row_writes else None,
+        write_extra=_write_sql(t, d, more) if more else None,
+        write_row_extra=_sqlite_write_row(t, d, more) if more and d.row_by_row_writes else None,
+        delete=(
+            f"DELETE FROM {table} WHERE ({pk}, state, state_next) IN "
+            f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
+        ),
+    )
+
+
+def _write_sql(t: TrackedModel, d: SqlDialect, more: tuple[tuple[str, str], ...] = ()) -> str:
+    """The fenced write-back of a batch; with ``more`` ((quoted column, its type)…), those
+    columns set too, from the batch's ``x0``, ``x1``…, under the same fence."""
+    table, pk = t.quoted_table, t.quoted_pk
+    columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
+    columns += [(f"x{i}", sqltype) for i, (_, sqltype) in enumerate(more)]
+    source = d.batch_source(columns)
     history = ""
     if t.history_type is not None:
         append = d.history_append(table, t.history_type)
@@ -114,21 +142,12 @@ def build_statements(t: TrackedModel, d: SqlDialect) -> Statements:
             f", state_history = CASE WHEN v.moved THEN {append} "
             f"ELSE {table}.state_history END"
         )
-    write = (
+    sets = "".join(f", {name} = v.x{i}" for i, (name, _) in enumerate(more))
+    return (
         f"UPDATE {table} SET state = v.state, state_changed = v.changed, "
-        f"state_next = v.next, state_attempts = v.attempts{history} "
+        f"state_next = v.next, state_attempts = v.attempts{history}{sets} "
         f"FROM {source} WHERE {table}.{pk} = v.pk AND {table}.state = v.fence_state "
         f"AND {table}.state_next = v.fence RETURNING {table}.{pk}"
-    )
-    return replace(
-        claims,
-        write=write,
-        write_notify=d.with_notify(write),
-        write_row=_sqlite_write_row(t, d) if d.row_by_row_writes else None,
-        delete=(
-            f"DELETE FROM {table} WHERE ({pk}, state, state_next) IN "
-            f"(SELECT v.pk, v.fence_state, v.fence FROM {source}) RETURNING {pk}"
-        ),
     )
 
 
@@ -152,22 +171,27 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _sqlite_write_row(t: TrackedModel, d: SqlDialect) -> str:
+def _sqlite_write_row(
+    t: TrackedModel, d: SqlDialect, more: tuple[tuple[str, str], ...] = ()
+) -> str:
     """The same fenced write for one row, positional parameters (SQLite: ``_write_rows``):
     ?1 state, ?2 changed, ?3 next, ?4 attempts, ?5 pk, ?6 fence state, ?7 fence, ?8 moved,
-    ?9 changed (ISO, for the history).  Without a history, plain ``?`` in that order, bound
-    from a tuple: sqlite3 binds numbered ones by name only, from a dict made per row (about
-    2 µs of a row's write)."""
+    ?9 changed (ISO, for the history), then ``more``'s columns from ?10 on.  Without a
+    history, plain ``?`` in the order state, changed, next, attempts, ``more``'s columns, pk,
+    fence state, fence, bound from a tuple: sqlite3 binds numbered ones by name only, from a
+    dict made per row (about 2 µs of a row's write)."""
     table, pk = t.quoted_table, t.quoted_pk
     sets = "state = ?1, state_changed = ?2, state_next = ?3, state_attempts = ?4"
     fence = "state = ?6 AND state_next = ?7"
     if t.history_type is None:
         plain = re.compile(r"\?\d")  # in the fragments above only, never in a quoted name
-        return (f"UPDATE {table} SET {plain.sub('?', sets)} "
+        more_sets = "".join(f", {name} = ?" for name, _ in more)
+        return (f"UPDATE {table} SET {plain.sub('?', sets)}{more_sets} "
                 f"WHERE {pk} = ? AND {plain.sub('?', fence)}")
+    more_sets = "".join(f", {name} = ?{10 + i}" for i, (name, _) in enumerate(more))
     append = d.history_append(table, t.history_type, "?1", "?9")
     history = f"state_history = CASE WHEN ?8 THEN {append} ELSE {table}.state_history END"
-    return f"UPDATE {table} SET {sets}, {history} WHERE {pk} = ?5 AND {fence}"
+    return f"UPDATE {table} SET {sets}, {history}{more_sets} WHERE {pk} = ?5 AND {fence}"
 
 
 def _due_branches(

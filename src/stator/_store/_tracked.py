@@ -15,6 +15,7 @@ from .._limits import Limit, limit_problems
 from ..errors import ConfigError
 from ._dialects import SqlDialect
 from ._statements import Statements, build_statements
+from ._write_columns import WriteColumns, checked
 
 
 @dataclass
@@ -43,6 +44,12 @@ class TrackedModel:
     # The model's ``stator_write_extra(store, conn, writes)``: writes ``Write.extra`` in the
     # transaction of the fenced write, for the rows whose fence held.
     write_extra: Callable[[Any, Connection, Sequence[Any]], None] | None = None
+    # The model's ``stator_write_columns`` ({column: kind}, ``_write_columns``): columns the
+    # fenced write itself sets from ``Write.extra``, in the same statement and under the same
+    # fence as the row's transition (instead of ``stator_write_extra``'s statement of its
+    # own); with each one's quoted name and type as the statements spell them.
+    write_columns: WriteColumns = ()
+    write_columns_sql: tuple[tuple[str, str], ...] = ()
     # The model's ``stator_failure_extra(obj, write, error)``: the ``Write.extra`` of a write
     # that records a failure of the engine's (a handler past its deadline, an exception out
     # of the handler, changes that could not be saved), so the row keeps its own record of
@@ -68,6 +75,11 @@ class TrackedModel:
     also_limits: dict[str, tuple[Limit, ...]] = field(default_factory=dict)
     # The states whose handlers get plain rows (``_plain_rows``), not the model's instances.
     plain_states: frozenset[str] = frozenset()
+
+    @property
+    def writes_extra(self) -> bool:
+        """Something writes what a handler leaves in ``stator_extra``."""
+        return self.write_extra is not None or bool(self.write_columns)
 
     @property
     def limited(self) -> bool:
@@ -124,6 +136,7 @@ class TrackedModel:
                     f"column of {table.name} and say 'first' or 'each'"
                 )
         declared = _declared_limits(model, graph, table, lease_column, limits or {})
+        write_columns = _write_columns(model, table)
         tracked = cls(
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
@@ -135,6 +148,10 @@ class TrackedModel:
             priority_attr=priority,
             write_extra=getattr(model, "stator_write_extra", None),
             failure_extra=getattr(model, "stator_failure_extra", None),
+            write_columns=write_columns,
+            write_columns_sql=tuple(
+                (quote.quote(c), table.c[c].type.compile(sa_dialect)) for c, _ in write_columns
+            ),
             lease_column=None if lease_column is None else quote.quote(lease_column),
             claim_stamps={quote.quote(c): when for c, when in stamps.items()},
             limits={name: _quoted(quote, all_[0]) for name, all_ in declared.items()},
@@ -153,6 +170,21 @@ class TrackedModel:
         if attr is None or len(rows) < 2:
             return rows
         return sorted(rows, key=lambda pair: -getattr(pair[0], attr))
+
+
+def _write_columns(model: type, table: Table) -> WriteColumns:
+    """The model's ``stator_write_columns``, checked: one way to write ``stator_extra``."""
+    declared = getattr(model, "stator_write_columns", None)
+    try:
+        columns = checked(model, declared, list(table.c.keys()))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if columns and getattr(model, "stator_write_extra", None) is not None:
+        raise ConfigError(
+            f"{model.__name__} declares both stator_write_columns and stator_write_extra: "
+            "the handler's values are written one way, name one of them"
+        )
+    return columns
 
 
 def _declared_limits(

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.core import checks
 from django.db import models
 
 from .._graph import State, StateGraph
-from .._store._tasks import result_update_sql, write_results
 from ._stator_model import StatorModel
 from ._task_options import (
     BACKEND_PATH,
@@ -83,9 +82,6 @@ def _task_runner() -> Callable[[StatorTask, type[TaskStates]], State]:
     return run_task
 
 
-_RESULT_SQL: dict[str, str] = {}
-
-
 class StatorTask(StatorModel):
     """One enqueued ``django.tasks`` task, its attempts and its result."""
 
@@ -114,6 +110,12 @@ class StatorTask(StatorModel):
     stator_lease_column = "leased_until"
     # The claim that starts an attempt stamps it: a RUNNING task has its start times.
     stator_claim_stamps = {"started_at": "first", "last_attempted_at": "each"}
+    # The attempt's record (``stator_extra``, set by ``_task_run``), written by the fenced
+    # write that moves the task on, in the same statement and only if its lease still held.
+    stator_write_columns = {
+        "started_at": "time", "last_attempted_at": "time", "finished_at": "time",
+        "return_value": "json", "errors": "json", "worker_ids": "json",
+    }
 
     @classmethod
     def stator_claim_limits(cls) -> dict[str, list[tuple[dict[str, int], str]]]:
@@ -157,19 +159,6 @@ class StatorTask(StatorModel):
             held = self.leased_until is not None and self.leased_until == self.state_next
             return "RUNNING" if held else "READY"
         return STATUS_OF_STATE.get(self.state, "READY")
-
-    @classmethod
-    def stator_write_extra(cls, store: Any, conn: Any, writes: Sequence[Any]) -> None:
-        """Write the results of a batch of attempts (``Write.extra``, set by the running
-        handler) in the transaction of their fenced transitions: one UPDATE per batch."""
-        dialect = store.dialect
-        sql = _RESULT_SQL.get(dialect.name)
-        if sql is None:
-            quote = store.engine.dialect.identifier_preparer.quote
-            sql = _RESULT_SQL[dialect.name] = result_update_sql(
-                quote(cls._meta.db_table), quote(cls._meta.pk.column), "text", dialect
-            )
-        write_results(conn, sql, dialect, writes)
 
     @classmethod
     def stator_failure_extra(cls, row: StatorTask, write: Any, error: BaseException | None) -> Any:

@@ -2,9 +2,10 @@
 lease of the claim that picked the task up, so a task starts as soon as it is claimed.
 
 The attempt's record (times, return value, errors) always commits with the row's transition:
-the handler leaves it on the row (``stator_extra``) and the engine writes it in its batched,
-fenced write (``Write.extra``, ``StatorTask.stator_write_extra``), so a no-op task costs no
-transaction of its own, and a record whose fence no longer held is never written.  A
+the handler leaves it on the row (``stator_extra``) and the engine's batched, fenced write
+sets it in the same statement as the transition (``Write.extra``,
+``StatorTask.stator_write_columns``), so a no-op task costs no statement of its own, and a
+record whose fence no longer held is never written.  A
 task that writes to the database gets the handler's transaction (its writes, its record and
 its transition commit together); if it raises, its writes are rolled back to a savepoint
 taken before the first of them, and the error is kept.  Signals follow ``django.tasks``:
@@ -63,10 +64,12 @@ def run_task(row: StatorTask, graph: type[TaskStates]) -> State:
     the task's, so the worker and its thread carry on.  On a handler thread a
     ``KeyboardInterrupt`` can only be the task's own raise (Ctrl-C reaches the main thread,
     which stops the worker gracefully)."""
-    now = _now()
-    # The claim that started the task already set both (``stator_claim_stamps``).
-    row.started_at = row.started_at or now
-    row.last_attempted_at = row.last_attempted_at or now
+    # The claim that started the task already set both (``stator_claim_stamps``): the clock
+    # is read only for a row that came some other way.
+    if row.started_at is None or row.last_attempted_at is None:
+        now = _now()
+        row.started_at = row.started_at or now
+        row.last_attempted_at = row.last_attempted_at or now
     row.worker_ids = [*row.worker_ids, WORKER_ID]
     try:
         result = result_from_row(row, status="RUNNING")
@@ -230,7 +233,7 @@ def _save(row: StatorTask, started: TaskResult, status: TaskResultStatus | None)
     ``task_finished`` with the result of ``task_started`` brought up to date.
 
     The record is handed to the engine, which writes it with the row's transition in its
-    batched, fenced write (see ``StatorTask.stator_write_extra``)."""
+    batched, fenced write (see ``StatorTask.stator_write_columns``)."""
     row.stator_extra = {f: getattr(row, f) for f in RESULT_FIELDS}
     if status is None:
         return
