@@ -52,6 +52,26 @@ def test_a_claim_takes_no_more_than_its_limit_the_longest_due_first(
     assert [c.pk for _o, c in driver.claim(tracked, now, 2)] == [1]
 
 
+def test_a_claim_shares_its_limit_between_states_oldest_first_in_each(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """Round robin between states (each state's oldest due row, then each one's second…),
+    however each state's rows are ranked (``SqlDialect.rank_in_branches``)."""
+    driver = rig.driver(rig.model(Flow))
+    now = clock.now()
+    hour_ago = now - timedelta(hours=1)
+
+    def rows(state: str, keys: range) -> list[dict[str, Any]]:
+        return [{"id": pk, "state": state, "state_changed": hour_ago,
+                 "state_next": now - timedelta(seconds=pk % 10)} for pk in keys]
+
+    rig.insert(driver, *rows("new", range(1, 7)), *rows("done", range(11, 14)))
+    (tracked,) = driver.tracked
+    assert sorted(c.pk for _o, c in driver.claim(tracked, now, 4)) == [5, 6, 12, 13]
+    # "done" has one due row left, "new" four: the rest of the limit goes to "new".
+    assert sorted(c.pk for _o, c in driver.claim(tracked, now, 4)) == [2, 3, 4, 11]
+
+
 def test_a_claimed_row_is_not_claimed_again_until_its_lease_ends(
     rig: Rig, clock: ManualClock
 ) -> None:

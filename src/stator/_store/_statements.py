@@ -196,9 +196,10 @@ def _sqlite_write_row(
 
 def _due_branches(
     table: str, pk: str, states: list[str], d: SqlDialect, picked: str, extra: str, order: str,
-    handled: frozenset[str] | None = None,
+    handled: frozenset[str] | None = None, columns: str = "*",
 ) -> str:
-    """Each state's oldest due rows, at most :limit per state (the rows a claim may take).
+    """Each state's oldest due rows, at most :limit per state (the rows a claim may take),
+    as ``columns`` of them.
 
     Given ``handled`` (the states that run a handler), an ``order`` by priority applies to
     those states only: the others take their oldest due rows, by the (state, state_next)
@@ -211,7 +212,7 @@ def _due_branches(
         return _due_rows(table, pk, name, d, picked, extra, "state_next")
 
     return " UNION ALL ".join(
-        f"SELECT * FROM ({rows(name)}) AS b{i}" for i, name in enumerate(states)
+        f"SELECT {columns} FROM ({rows(name)}) AS b{i}" for i, name in enumerate(states)
     )
 
 
@@ -293,13 +294,20 @@ def _claim_sql(
     """
     order = "state_next" if priority is None else f"{priority} DESC, state_next"
     picked = f", {priority}" if priority is not None else ""
-    branches = _due_branches(
-        table, pk, states, d, f", state_next{picked}", extra, order, handled)
+    rank = f"row_number() OVER (ORDER BY {order}) AS rn"
+    if d.rank_in_branches:
+        # Each state's rows ranked in that state's own branch: the same ranks as below.
+        due = _due_branches(table, pk, states, d, f", state_next{picked}", extra, order,
+                            handled, f"{pk}, state_next{picked}, {rank}")
+    else:
+        branches = _due_branches(
+            table, pk, states, d, f", state_next{picked}", extra, order, handled)
+        due = (f"SELECT {pk}, state_next{picked}, row_number() OVER "
+               f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c")
     lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
     copy = f", {lease_column} = CASE state {lease} END" if lease_column is not None else ""
     return (
-        f"WITH due AS (SELECT {pk}, state_next{picked}, row_number() OVER "
-        f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c), "
+        f"WITH due AS ({due}), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET state_next = CASE state {lease} END{copy}{stamps} "
         f"WHERE {pk} IN (SELECT {pk} FROM picked){lease_commit} RETURNING {returning}"

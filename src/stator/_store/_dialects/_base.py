@@ -40,6 +40,10 @@ class SqlDialect:
     lent_engine_options: dict[str, Any] = {}
     # How a claim ordered by priority spells its "due by now" test (``_due_rows``).
     prioritized_due = "state_next <= :now"
+    # A claim ranks each state's due rows inside that state's own branch, not over the union
+    # of every state's partitioned by state (``_claim_sql``): the same ranks, fewer sorts
+    # where the planner sorts the union by state again.
+    rank_in_branches = False
 
     # A condition the claim's UPDATE carries that makes its commit not wait for the disk
     # (see ``PostgresDialect``); empty where commits cost no such wait.

@@ -28,6 +28,11 @@ class SqliteDialect(SqlDialect):
     # then costs the whole backlog (5,000 queued tasks: twice the time of the UPDATE of its
     # 100 rows).  The unary plus keeps the comparison (text with text) and hides the range.
     prioritized_due = "+state_next <= :now"
+    # Ranked over the union partitioned by state, SQLite merges the branches into state
+    # order, sorting each branch's rows again in a temporary b-tree, then sorts the union:
+    # ranked in each branch, about a fifth of a claim's CPU less with three states due
+    # (10.9 -> 8.6 us per claimed row).
+    rank_in_branches = True
     single_writer = True
     times_as_text = True
 
