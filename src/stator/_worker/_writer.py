@@ -23,7 +23,7 @@ from .._outage import Outage, is_transient
 from .._policy import Write
 from .._store import TrackedModel
 from .._store.interface import Driver
-from ._state import Signals, Tally, WorkerOptions
+from ._state import ModelCounters, Signals, Tally, WorkerOptions
 
 log = logging.getLogger("stator.worker")
 
@@ -103,16 +103,7 @@ class Writer:
         groups = []
         period = self._tally.period
         for name, writes in self._pending.items():
-            # A row claimed again (its lease ran out) while an older result of it still waited
-            # here: the older result is stale, the fence would refuse it.  Leave it out, or
-            # its failure would be recorded alongside the newer write that does apply.
-            newest: dict[Any, Write] = {}
-            for w in writes:
-                kept = newest.get(w.pk)
-                if kept is None or w.fence > kept.fence:
-                    newest[w.pk] = w
-            period[name].lost += len(writes) - len(newest)
-            groups.append((self._by_name[name], list(newest.values())))
+            groups.append((self._by_name[name], _newest(writes, period[name])))
         self._pending = {}
         self._pending_since = None
         self._in_flight += 1
@@ -192,3 +183,20 @@ class Writer:
                 break
             self._written.append((groups, lost))
             self._signals.kick.set()
+
+
+def _newest(writes: list[Write], counters: ModelCounters) -> list[Write]:
+    """One model's gathered writes, each row's newest only.  A row claimed again (its lease
+    ran out) while an older result of it still waited here: the older result is stale, the
+    fence would refuse it.  Left out (and counted lost), or its failure would be recorded
+    alongside the newer write that does apply.  Most batches hold each row once: one set
+    says so, without the per-row comparison."""
+    if len({w.pk for w in writes}) == len(writes):
+        return writes
+    newest: dict[Any, Write] = {}
+    for w in writes:
+        kept = newest.get(w.pk)
+        if kept is None or w.fence > kept.fence:
+            newest[w.pk] = w
+    counters.lost += len(writes) - len(newest)
+    return list(newest.values())
