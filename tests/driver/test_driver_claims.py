@@ -155,6 +155,36 @@ def test_a_claim_waits_for_sqlites_one_writer_then_takes_every_row(
     assert sorted(c.pk for _obj, c in got[0]) == [1, 2]
 
 
+def test_a_claim_that_finds_sqlite_busy_raises_sqlalchemys_error(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """The claim's ``BEGIN IMMEDIATE`` (on the DB-API cursor) fails past the busy timeout
+    as SQLAlchemy's ``OperationalError``: the worker's retry policy takes only those."""
+    if rig.postgresql:
+        pytest.skip("PostgreSQL locks rows, not the database")
+    from sqlalchemy import event
+    from sqlalchemy.exc import OperationalError
+
+    driver = rig.driver(rig.model(Flow))
+    rig.insert(driver, {"id": 1})
+    (tracked,) = driver.tracked
+
+    @event.listens_for(driver.engine, "connect")
+    def _impatient(dbapi: Any, _record: Any) -> None:
+        dbapi.execute("PRAGMA busy_timeout = 50")
+
+    driver.engine.dispose()  # new connections, with the short timeout
+    other = rig.other_connection()
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(OperationalError, match="locked"):
+            driver.claim(tracked, clock.now(), 5)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert [c.pk for _obj, c in driver.claim(tracked, clock.now(), 5)] == [1]
+
+
 # A value a row cannot be read with, per database (valid to the database, not to Python).
 GARBAGE = {"sqlite": [("state_changed", "'garbage'"), ("state_attempts", "'abc'")],
            "postgresql": [("state_changed", "'infinity'"), ("state_changed", "'20000-01-01'")]}
