@@ -75,3 +75,31 @@ def test_a_models_init_signals_are_sent_for_each_claimed_row(
         [("post_init", first.pk), ("post_init", second.pk)]
     )
     assert [e for e in init_signals if e[0] == "pre_init"] == [("pre_init", Order)] * 2
+
+
+@pytest.mark.parametrize("zone", [None, "Europe/Paris"])
+def test_the_quick_converters_give_what_djangos_give(alias: str, zone: str | None) -> None:
+    """The SQLite time converter (whose UTC results are shared between rows) and the JSON one
+    (whose no-arguments value is made anew each time) against Django's own, in UTC and in a
+    connection time zone of its own."""
+    from types import SimpleNamespace
+    from zoneinfo import ZoneInfo
+
+    from django.db import connections
+    from django.db.models import JSONField
+
+    from stator._store._django_rows import _json_value, _sqlite_time
+
+    conn = SimpleNamespace(timezone=UTC if zone is None else ZoneInfo(zone),
+                           ops=connections[alias].ops)
+    naive = datetime(2026, 3, 29, 1, 30, 0, 250)
+    for _ in range(2):  # the second time from what the first made
+        made = _sqlite_time(naive, None, conn)
+        assert made == naive.replace(tzinfo=conn.timezone)
+        assert made.tzinfo is conn.timezone
+    field = JSONField()
+    for text in ('{"args": [], "kwargs": {}}', "[]", '{"args": [1], "kwargs": {"a": null}}'):
+        first = _json_value(text, None, conn)
+        assert first == field.from_db_value(text, None, connections[alias])
+        first.append(1) if isinstance(first, list) else first["args"].append(1)
+        assert _json_value(text, None, conn) == field.from_db_value(text, None, connections[alias])
