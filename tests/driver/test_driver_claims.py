@@ -126,6 +126,38 @@ def test_a_claim_passes_by_rows_another_transaction_holds(rig: Rig, clock: Manua
     assert [c.pk for _obj, c in driver.claim(tracked, clock.now(), 3)] == [1]
 
 
+@pytest.mark.parametrize(("due_new", "due_done"), [(40, 40), (40, 2)])
+def test_a_claim_of_several_states_locks_only_the_rows_it_takes(
+    rig: Rig, clock: ManualClock, due_new: int, due_done: int
+) -> None:
+    """Each state locks its fair share of the batch, not a whole batch: locking :limit rows
+    per state and keeping :limit of them all cost about a third of a transition's database
+    CPU (three states)."""
+    if not rig.postgresql:
+        pytest.skip("SQLite has one writer at a time: a claim locks no rows")
+    driver = rig.driver(rig.model(Flow))
+    now = clock.now()
+    rows = [{"id": pk, "state": "new", "state_changed": now,
+             "state_next": now - timedelta(seconds=pk)} for pk in range(1, due_new + 1)]
+    rows += [{"id": 1000 + pk, "state": "done", "state_changed": now,
+              "state_next": now - timedelta(seconds=pk)} for pk in range(1, due_done + 1)]
+    rig.insert(driver, *rows)
+    (tracked,) = driver.tracked
+    assert len(tracked.graph.scheduled_states()) == 2
+    table, sql = tracked.quoted_table, tracked.sql.claim
+    assert sql is not None
+    params = driver.ops.claim_params(tracked, now, 10)  # type: ignore[attr-defined]
+    with driver.engine.connect() as conn, conn.begin():  # the claim's locks held
+        taken = conn.execute(text(sql), params).all()
+        with rig.other_connection() as other:
+            free = other.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {table} FOR UPDATE SKIP LOCKED) AS f"
+            ).fetchone()[0]
+        conn.rollback()
+    assert len(taken) == 10
+    assert due_new + due_done - free == 10  # locked: exactly the rows taken
+
+
 def test_a_claim_waits_for_sqlites_one_writer_then_takes_every_row(
     rig: Rig, clock: ManualClock
 ) -> None:

@@ -196,36 +196,61 @@ def _sqlite_write_row(
 
 def _due_branches(
     table: str, pk: str, states: list[str], d: SqlDialect, picked: str, extra: str, order: str,
-    handled: frozenset[str] | None = None, columns: str = "*",
+    handled: frozenset[str] | None = None, columns: str = "*", limit: str = ":limit",
 ) -> str:
-    """Each state's oldest due rows, at most :limit per state (the rows a claim may take),
+    """Each state's oldest due rows, at most ``limit`` per state (the rows a claim may take),
     as ``columns`` of them.
 
     Given ``handled`` (the states that run a handler), an ``order`` by priority applies to
     those states only: the others take their oldest due rows, by the (state, state_next)
     index, however many rows wait in them."""
-    def rows(name: str) -> str:
-        if handled is None or order == "state_next":
-            return _due_rows(table, pk, name, d, picked, extra, order)
-        if name in handled:
-            return _due_rows(table, pk, name, d, picked, extra, order, d.prioritized_due)
-        return _due_rows(table, pk, name, d, picked, extra, "state_next")
-
     return " UNION ALL ".join(
-        f"SELECT {columns} FROM ({rows(name)}) AS b{i}" for i, name in enumerate(states)
+        f"SELECT {columns} FROM "
+        f"({_state_rows(table, pk, name, d, picked, extra, order, handled, limit)}) AS b{i}"
+        for i, name in enumerate(states)
     )
+
+
+def _state_rows(
+    table: str, pk: str, name: str, d: SqlDialect, picked: str, extra: str, order: str,
+    handled: frozenset[str] | None, limit: str, lock: bool = True,
+) -> str:
+    """One state's share of ``_due_branches``; ``lock``: with the dialect's SKIP LOCKED."""
+    if handled is None or order == "state_next":
+        return _due_rows(table, pk, name, d, picked, extra, order, limit=limit, lock=lock)
+    if name in handled:
+        return _due_rows(
+            table, pk, name, d, picked, extra, order, d.prioritized_due, limit, lock)
+    return _due_rows(table, pk, name, d, picked, extra, "state_next", limit=limit, lock=lock)
 
 
 def _due_rows(
     table: str, pk: str, name: str, d: SqlDialect, picked: str, extra: str, order: str,
-    due: str = "state_next <= :now",
+    due: str = "state_next <= :now", limit: str = ":limit", lock: bool = True,
 ) -> str:
-    """A state's oldest due rows, at most :limit (one state's share of a claim)."""
+    """A state's oldest due rows, at most ``limit`` (one state's share of a claim)."""
     return (
         f"SELECT {pk}, state{picked} FROM {table} "
         f"WHERE state = '{name}' AND state_next IS NOT NULL AND {due}{extra} "
-        f"ORDER BY {order} LIMIT :limit{d.skip_locked}"
+        f"ORDER BY {order} LIMIT {limit}{d.skip_locked if lock else ''}"
     )
+
+
+def _share_cte(
+    table: str, pk: str, states: list[str], d: SqlDialect, extra: str, order: str,
+    handled: frozenset[str] | None,
+) -> str:
+    """``claim_share AS (…), `` for a claim of several states where claims lock rows
+    (``SqlDialect.fair_share``): each state's due rows counted without a lock, at most
+    :limit; empty where it does not apply."""
+    if len(states) < 2:
+        return ""
+    def count(i: int, name: str) -> str:
+        rows = _state_rows(table, pk, name, d, "", extra, order, handled, ":limit", lock=False)
+        return f"(SELECT count(*) FROM ({rows}) AS n{i})"
+
+    share = d.fair_share([count(i, name) for i, name in enumerate(states)])
+    return "" if share is None else f"claim_share AS (SELECT {share} AS r), "
 
 
 def _claim_candidates_sql(
@@ -294,20 +319,24 @@ def _claim_sql(
     """
     order = "state_next" if priority is None else f"{priority} DESC, state_next"
     picked = f", {priority}" if priority is not None else ""
+    # Where claims lock rows, each state locks only its fair share of :limit (the round
+    # robin below keeps exactly the rows it would keep from :limit per state).
+    share = _share_cte(table, pk, states, d, extra, order, handled)
+    limit = "(SELECT r FROM claim_share)" if share else ":limit"
     rank = f"row_number() OVER (ORDER BY {order}) AS rn"
     if d.rank_in_branches:
         # Each state's rows ranked in that state's own branch: the same ranks as below.
         due = _due_branches(table, pk, states, d, f", state_next{picked}", extra, order,
-                            handled, f"{pk}, state_next{picked}, {rank}")
+                            handled, f"{pk}, state_next{picked}, {rank}", limit)
     else:
         branches = _due_branches(
-            table, pk, states, d, f", state_next{picked}", extra, order, handled)
+            table, pk, states, d, f", state_next{picked}", extra, order, handled, limit=limit)
         due = (f"SELECT {pk}, state_next{picked}, row_number() OVER "
                f"(PARTITION BY state ORDER BY {order}) AS rn FROM ({branches}) AS c")
     lease = " ".join(f"WHEN '{name}' THEN :lease_{i}" for i, name in enumerate(states))
     copy = f", {lease_column} = CASE state {lease} END" if lease_column is not None else ""
     return (
-        f"WITH due AS ({due}), "
+        f"WITH {share}due AS ({due}), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET state_next = CASE state {lease} END{copy}{stamps} "
         f"WHERE {pk} IN (SELECT {pk} FROM picked){lease_commit} RETURNING {returning}"

@@ -61,6 +61,14 @@ class SqlDialect:
             f"WHERE {where} ORDER BY {order} LIMIT {cap})"
         )
 
+    def fair_share(self, counts: list[str]) -> str | None:
+        """The rows a claim of several states locks per state: the smallest ``r`` with
+        ``sum(least(count, r)) >= :limit`` over ``counts`` (each state's due rows, read
+        without locking, at most ``:limit``), or None where a claim locks no rows (each state
+        then reads ``:limit``).  Locking ``:limit`` per state and keeping ``:limit`` of them
+        all would lock up to one batch per state for nothing."""
+        return None
+
     def limit_lock(self, name: str) -> str | None:
         """What a claim of a model with limits runs first, in its transaction, so that its
         count of running rows sees every other claim's; None where a claim is one writer's

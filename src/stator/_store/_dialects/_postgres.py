@@ -44,6 +44,17 @@ class PostgresDialect(SqlDialect):
             f"{self.skip_locked}) AS q"
         )
 
+    def fair_share(self, counts: list[str]) -> str | None:
+        # A lock costs far more than a read: a row locked and let go is written (its xmax, a
+        # WAL record), and the next reader of its page settles the locker's outcome.  Locking
+        # :limit rows per state to keep :limit of them all cost about a third of a
+        # transition's database CPU with three states.
+        total = " + ".join(f"least({count}, g)" for count in counts)
+        return (
+            f"coalesce((SELECT min(g) FROM generate_series(1, :limit) AS g "
+            f"WHERE {total} >= :limit), :limit)"
+        )
+
     def limit_lock(self, name: str) -> str | None:
         """A statement reads the rows as they were when it began (READ COMMITTED), so two
         claims running at once would each count the same running rows and, passing by each
