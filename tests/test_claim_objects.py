@@ -178,3 +178,24 @@ def test_a_claimed_row_holds_the_values_the_orm_loads(backend, clock, make_stato
     assert seen["values"] == expected
     assert [type(v) for v in seen["values"].values()] == [type(v) for v in expected.values()]
     assert seen["lease"].tzinfo is UTC and seen["lease"] > expected["state_changed"]
+
+
+def test_a_claims_rows_convert_their_shared_lease_once() -> None:
+    """The lease column's text, the same in every row of a claim's state, is converted
+    once per claim; every other column once per row (``_raw_claim.row_converter``)."""
+    from stator._store._raw_claim import row_converter
+
+    calls: list[str] = []
+
+    def parse(value: str) -> object:
+        calls.append(value)
+        return object()
+
+    convert = row_converter([None, parse, parse], shared=2)
+    assert convert is not None
+    seen: dict[Any, Any] = {}
+    first, second = convert((1, "a", "lease"), seen), convert((2, "b", "lease"), seen)
+    assert first[0] == 1 and second[0] == 2
+    assert first[2] is second[2] and first[1] is not second[1]
+    assert calls == ["a", "lease", "b"]
+    assert row_converter([None, None]) is None  # nothing to convert: rows used as read

@@ -27,7 +27,8 @@ from sqlalchemy.sql.schema import Column
 
 from .._types import UTCDateTime, read_time
 
-Converter = Callable[[Sequence[Any]], Sequence[Any]]
+# A row's values, and the values already converted in this claim's shared columns.
+Converter = Callable[[Sequence[Any], dict[Any, Any]], Sequence[Any]]
 
 
 class RawClaim:
@@ -40,8 +41,12 @@ class RawClaim:
         self.convert = convert  # None: every value is used as the driver returns it
 
     @classmethod
-    def build(cls, sql: str, columns: Sequence[Column[Any]], dialect: Dialect) -> RawClaim:
-        return cls(sql, row_converter([_processor(c, dialect) for c in columns]))
+    def build(
+        cls, sql: str, columns: Sequence[Column[Any]], dialect: Dialect, shared: int
+    ) -> RawClaim:
+        """``shared``: the column whose values a claim's rows share (the lease, one per
+        state), converted once per value per claim."""
+        return cls(sql, row_converter([_processor(c, dialect) for c in columns], shared))
 
     def fetch(self, dbapi: sqlite3.Connection, params: dict[str, Any]) -> list[Sequence[Any]]:
         """The claim's rows, converted (the caller's transaction is open on ``dbapi``)."""
@@ -54,7 +59,10 @@ class RawClaim:
         finally:
             cursor.close()
         convert = self.convert
-        return rows if convert is None else [convert(row) for row in rows]
+        if convert is None:
+            return rows
+        seen: dict[Any, Any] = {}
+        return [convert(row, seen) for row in rows]
 
 
 def _processor(column: Column[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
@@ -70,16 +78,27 @@ def _processor(column: Column[Any], dialect: Dialect) -> Callable[[Any], Any] | 
     return impl.result_processor(dialect, None)
 
 
-def row_converter(processors: Sequence[Callable[[Any], Any] | None]) -> Converter | None:
+def row_converter(
+    processors: Sequence[Callable[[Any], Any] | None], shared: int = -1
+) -> Converter | None:
     """A function making a row's tuple with ``processors`` applied, column by column (None:
     the value as it is); None when no column has one.  Unrolled, as ``plain_row_builder``
-    is: a loop over the columns costs about twice as much per row."""
+    is: a loop over the columns costs about twice as much per row.  Column ``shared`` is
+    converted once per distinct value, looked up in the dict the caller passes: the rows
+    of a claim share their lease, and one time parsed and kept per claim costs less than
+    one per row (the write formats it once too)."""
     if all(p is None for p in processors):
         return None
     scope: dict[str, Any] = {f"_p{i}": p for i, p in enumerate(processors) if p is not None}
-    values = ", ".join(
-        f"_p{i}(row[{i}])" if p is not None else f"row[{i}]" for i, p in enumerate(processors)
-    )
-    exec(f"def convert(row):\n    return ({values},)\n", scope)  # made from indexes only
+
+    def value(i: int, processor: Callable[[Any], Any] | None) -> str:
+        if processor is None:
+            return f"row[{i}]"
+        if i == shared:
+            return f"(seen[v] if (v := row[{i}]) in seen else seen.setdefault(v, _p{i}(v)))"
+        return f"_p{i}(row[{i}])"
+
+    values = ", ".join(value(i, p) for i, p in enumerate(processors))
+    exec(f"def convert(row, seen):\n    return ({values},)\n", scope)  # indexes only
     convert: Converter = scope["convert"]
     return convert

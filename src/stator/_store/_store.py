@@ -209,7 +209,8 @@ class _Loader:
         # statement as written, unless its text holds a backslash: ``text()`` reads ``\:``
         # as an escaped colon, the driver would not.
         self.raw = (
-            RawClaim.build(sql, list(tracked.table.c), dialect)
+            RawClaim.build(sql, list(tracked.table.c), dialect,
+                           list(tracked.table.c.keys()).index("state_next"))
             if named_params and "\\" not in sql else None
         )
         self.one = text(

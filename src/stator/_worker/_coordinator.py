@@ -94,6 +94,10 @@ class Worker:
             self._deadline_wait,
         )
         self._run_until: float | None = None  # monotonic end of run_for
+        # The lease budget of ``_target_backlog`` (asked on every turn of the loop): graphs
+        # do not change while a worker runs.
+        self._shortest_timeout = min(
+            (s.timeout for t in self.tracked for s in t.graph.states.values()), default=0.0)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -203,8 +207,7 @@ class Worker:
         timing = self._handlers.timing
         if timing.measured < conc:
             return conc  # until handlers have been timed, claim no more than can start
-        budget = min(s.timeout for t in self.tracked for s in t.graph.states.values())
-        wanted = int(conc * budget / max(timing.average, 1e-4))
+        wanted = int(conc * self._shortest_timeout / max(timing.average, 1e-4))
         return max(conc, min(self.options.batch_size, wanted))
 
     def _room(self) -> int:
@@ -271,6 +274,7 @@ class Worker:
     def _collect(self) -> None:
         """Take the handlers' results: count them, log failures, pass writes to the writer."""
         period = self._tally.period
+        add = self._writer.add
         for task in self._handlers.finished():
             counters = period[task.tracked.name]
             write = task.write
@@ -287,7 +291,7 @@ class Worker:
                 self._failures.failed(task.tracked.name, task.claimed.pk, task.claimed.state,
                                       write.attempt, write.failure)  # abandoned: logged already
             if write is not None:
-                self._writer.add(task.tracked.name, write)
+                add(task.tracked.name, write)
 
     def _tend(self) -> None:
         """Enforce handlers' deadlines (their results are collected at once); too many hung

@@ -203,7 +203,8 @@ class HandlerPool:
                 self._requeue_rest(task.thread)
                 self._replace_hung(task.thread)
         for name, thread in list(self._threads.items()):
-            if not thread.is_alive() and self._board.state_of(name) == ThreadState.DIED:
+            # The board first: a dict read, where ``is_alive`` takes the thread's lock.
+            if self._board.state_of(name) == ThreadState.DIED and not thread.is_alive():
                 self._board.forget(name)
                 del self._threads[name]
                 if not self._signals.stop.is_set():

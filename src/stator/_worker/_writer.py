@@ -78,9 +78,12 @@ class Writer:
             self._thread.join(timeout=5.0)
 
     def add(self, model: str, write: Write) -> None:
-        self._pending.setdefault(model, []).append(write)
-        if self._pending_since is None:
-            self._pending_since = time.monotonic()
+        pending = self._pending.get(model)
+        if pending is None:  # not ``setdefault``, which makes a list on every call
+            pending = self._pending[model] = []
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+        pending.append(write)
 
     def flush_due(self) -> bool:
         if self._signals.stop.is_set() or self._pending_since is None:
