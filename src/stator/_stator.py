@@ -7,9 +7,8 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import URL, ColumnElement, Connection, Engine
 from sqlalchemy.engine import make_url
@@ -17,20 +16,15 @@ from sqlalchemy.exc import ArgumentError
 
 from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
-from ._graph import State, role
+from ._graph import State
 from ._policy import Write
 from ._schedules import Schedule, parse_for_models, sync, with_schedule_model
-from ._store import StateCount, TrackedModel
+from ._store import TrackedModel
 from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
 
-if TYPE_CHECKING:
-    from ._store._limit_usage import StateLimit
-
-RECENT = timedelta(minutes=5)
-LIVE_AFTER = timedelta(seconds=30)
 # Handler threads per worker: each may hold a database connection (the pool is sized from
 # it), and a server's connections and a process's threads run out long before 100,000.
 MAX_CONCURRENCY = 256
@@ -318,39 +312,11 @@ class Stator:
 
     def status(self) -> dict[str, Any]:
         """Per model and state: rows, due, oldest due, failing; recent stats, errors, workers.
-        (Its modules are imported here: a worker never reports, and starts without them.)"""
-        from ._schedule_ops import schedule_report
-        from ._store._counts import every_state
-        from ._store._limit_usage import limit_usage
+        (Its module is imported here: a worker never reports, and starts without it.)"""
+        from ._status_report import status_report
 
         self.check()
-        now = self.clock.now()
-        counts = self.store.state_counts(now)
-        stats = {s.model: s.as_row() for s in self.store.recent_stats(now - RECENT)}
-        usage = limit_usage(self.store, now)
-        models: list[dict[str, Any]] = []
-        for tracked in self.store.tracked:
-            graph = tracked.graph
-            states = [{**_state_row(c, now), "role": role(graph.states.get(c.state))}
-                      for c in every_state(tracked, counts)]  # the empty states too, at zero
-            models.append({  # named as people name it (its label), its table besides
-                "model": tracked.label, "table": tracked.name, "graph": graph.__name__,
-                "states": states, "recent": stats.get(tracked.name, {}),
-                "limits": [_limit_row(u) for u in usage if u.model == tracked.name],
-            })
-        names = [t.name for t in self.store.tracked]  # this app's, not the database's
-        label = {t.name: t.label for t in self.store.tracked}
-        workers = [
-            {**w.as_row(), "alive": now - w.last_seen <= LIVE_AFTER}
-            for w in self.store.workers(names)
-        ]
-        return {
-            "database": self.url, "now": now.isoformat(), "models": models,
-            "workers": [_jsonable(w) for w in workers],
-            "errors": [{**_jsonable(e.as_row()), "model": label[e.model], "table": e.model}
-                       for e in self.store.recent_errors(models=names)],
-            "schedules": schedule_report(self.engine, now),
-        }
+        return status_report(self.store, self.engine, self.url, self.clock.now())
 
 
 async def _run_async_inline(executor: Executor, task: Task) -> None:
@@ -360,30 +326,6 @@ async def _run_async_inline(executor: Executor, task: Task) -> None:
         await executor.run_async(task)
     finally:
         await executor.store.loop_done()
-
-
-def _state_row(c: StateCount, now: datetime) -> dict[str, Any]:
-    oldest = c.oldest_due
-    return {
-        "state": c.state, "rows": c.rows, "due": c.due, "failing": c.failing,
-        "oldest_due_seconds": round((now - oldest).total_seconds(), 3) if oldest else None,
-        "known": c.known, "estimated": c.estimated,
-    }
-
-
-def _limit_row(u: StateLimit) -> dict[str, Any]:
-    """A limited state in the status report: running rows, and the limit they count against
-    (of the whole state, or of each of its busiest keys)."""
-    usages = [u.whole] if u.whole is not None else list(u.keys)
-    return {
-        "state": u.state, "key_column": u.key_column, "running": u.running,
-        "saturation": round(u.saturation, 3),
-        "keys": [{"key": k.key, "running": k.running, "limit": k.limit} for k in usages],
-    }
-
-
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
 def check_concurrency(concurrency: int) -> None:

@@ -11,7 +11,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .._schedule_ops import schedule_report
-from .._stator import LIVE_AFTER, Stator
+from .._stator import Stator
+from .._status_report import LIVE_AFTER
 from .._store import _dashboard
 
 

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from .._graph import role
 from .._graph_svg import edge_key, node_key, to_svg
 from .._graph_text import to_mermaid
-from .._stator import LIVE_AFTER
+from .._status_report import LIVE_AFTER
 from .._store import TrackedModel, _dashboard
 from . import _chart
 from ._context import Dashboard
