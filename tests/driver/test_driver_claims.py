@@ -217,6 +217,24 @@ def test_a_claim_that_finds_sqlite_busy_raises_sqlalchemys_error(
     assert [c.pk for _obj, c in driver.claim(tracked, clock.now(), 5)] == [1]
 
 
+def test_a_claim_the_database_refuses_raises_sqlalchemys_error(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """A claim statement SQLite refuses (on the DB-API cursor, ``_raw_claim``) is raised
+    as SQLAlchemy's error, which the worker's judgement of errors reads."""
+    if rig.postgresql:
+        pytest.skip("the claim on the DB-API cursor is SQLite's")
+    from sqlalchemy.exc import OperationalError
+
+    driver = rig.driver(rig.model(Flow))
+    (tracked,) = driver.tracked
+    other = rig.other_connection()
+    other.execute(f"DROP TABLE {tracked.table.name}")
+    other.close()
+    with pytest.raises(OperationalError, match="no such table"):
+        driver.claim(tracked, clock.now(), 5)
+
+
 # A value a row cannot be read with, per database (valid to the database, not to Python).
 GARBAGE = {"sqlite": [("state_changed", "'garbage'"), ("state_attempts", "'abc'")],
            "postgresql": [("state_changed", "'infinity'"), ("state_changed", "'20000-01-01'")]}
