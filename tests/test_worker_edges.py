@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, make_url, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from stator import State, StateGraph, SystemClock
@@ -370,3 +371,100 @@ def test_a_starting_worker_claims_before_its_first_heartbeat(
     monkeypatch.setattr(Bookkeeping, "heartbeat", recorded_beat)
     assert worker.run().processed == 1
     assert steps[:2] == ["claim", "heartbeat"]
+
+
+# -- a write-back that fails in ways no retry fixes ----------------------------------------------
+
+
+def test_a_write_back_the_database_refuses_is_logged_and_the_rows_run_again(
+    backend, build_models, make_stator, caplog
+):
+    """A trigger refuses the move to ``done``: the writer logs it, the rows keep their state
+    (they run again after their lease), and the worker goes on and ends as asked.  On SQLite
+    the row-by-row write used to let sqlite3's own error escape the writer, whose thread died
+    and left the worker waiting for ever."""
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    table = models.Order.__tablename__
+    with stator.engine.begin() as conn:
+        if backend.startswith("sqlite"):
+            conn.execute(text(
+                f"CREATE TRIGGER refuse BEFORE UPDATE OF state ON {table} "
+                "WHEN NEW.state = 'done' BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
+            ))
+        else:
+            conn.execute(text(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "RAISE EXCEPTION 'refused by a trigger'; END $$"
+            ))
+            conn.execute(text(
+                f"CREATE TRIGGER refuse BEFORE UPDATE OF state ON {table} FOR EACH ROW "
+                "WHEN (NEW.state = 'done') EXECUTE FUNCTION refuse()"
+            ))
+    with Session(stator.engine) as session:
+        session.add_all([models.Order(id=i) for i in (1, 2)])
+        session.commit()
+    with caplog.at_level(logging.ERROR, logger="stator.worker"):
+        stator.worker(until_idle=True, idle_window=0, run_for=30).run()
+    (failed, *_) = [r for r in caplog.records if "writing results failed" in r.getMessage()]
+    assert failed.exc_info is not None  # as SQLAlchemy's: the writer can judge it (busy, full)
+    assert issubclass(failed.exc_info[0], DBAPIError), failed.exc_info[0]
+    with Session(stator.engine) as session:
+        states = session.scalars(select(models.Order.state)).all()
+    assert states == ["new", "new"]
+
+
+def test_a_write_back_that_fails_with_a_bug_loses_that_batch_only(
+    backend, build_models, make_stator, monkeypatch, caplog
+):
+    """Not a database error at all (a bug, a write hook's mistake): logged like one, that
+    batch's rows run again after their lease, and the writer lives on."""
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    with Session(stator.engine) as session:
+        session.add(models.Order(id=1))
+        session.commit()
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(stator.store, "write_all", broken)
+    with caplog.at_level(logging.ERROR, logger="stator.worker"):
+        stator.worker(until_idle=True, idle_window=0, run_for=30).run()
+    assert any("writing results failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_writer_thread_that_dies_ends_the_worker_with_the_reason(
+    backend, build_models, make_stator, monkeypatch
+):
+    """``SystemExit`` (from a write hook, say) ends the writer thread: the worker raises
+    why, rather than waiting for results that will never be written."""
+    from stator._worker._writer import WriterDied
+
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    with Session(stator.engine) as session:
+        session.add(models.Order(id=1))
+        session.commit()
+
+    def leave(*_args: Any, **_kwargs: Any) -> Any:
+        raise SystemExit(3)
+
+    monkeypatch.setattr(stator.store, "write_all", leave)
+    worker = stator.worker(run_for=30)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)  # without the fix it never ends
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        worker.stop("test over")
+        raise AssertionError("the worker waited on its dead writer")
+    (exc,) = raised
+    assert isinstance(exc, WriterDied) and "SystemExit(3)" in str(exc)

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, insert, text
+from sqlalchemy.exc import DBAPIError
 
 from .._clock import Clock
 from .._db_errors import database_errors
@@ -256,6 +257,8 @@ class SqlOperations:
                     cursor.execute(sql_more if more else sql, (*head, *more, *fence))
                 if cursor.rowcount == 1:
                     applied.append(w.pk)
+        except sqlite3.Error as exc:  # as SQLAlchemy's, which the writer judges (busy, full)
+            raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
         finally:
             cursor.close()
         return applied

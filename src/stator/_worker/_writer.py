@@ -153,6 +153,13 @@ class Writer:
     def _main(self) -> None:
         try:
             self._write_batches()
+        except BaseException as exc:  # SystemExit from a write hook, say: nothing more is
+            # written, so the worker must end rather than wait on this thread for ever.
+            self.gave_up = WriterDied(f"the writer thread ended: {exc!r}; the rows not "
+                                      "written run again after their lease")
+            self.gave_up.__cause__ = exc
+            log.error("%s", self.gave_up, exc_info=exc, extra={"action": "writer_died"})
+            self._signals.kick.set()
         finally:
             self._store.thread_done()
 
@@ -179,13 +186,25 @@ class Writer:
                             break
                         pause.wait(wait)  # results are kept, not lost
                         continue
-                    log.exception("writing results failed; the rows run again after their "
-                                  "lease", extra={"action": "write_failed"})
-                    lost = {t.name: {w.pk for w in ws} for t, ws in groups}
+                    lost = _not_written(groups)
+                except Exception:  # an error no driver's wrapper holds, or a bug: the same
+                    lost = _not_written(groups)
                 outage.recovered()
                 break
             self._written.append((groups, lost))
             self._signals.kick.set()
+
+
+class WriterDied(RuntimeError):
+    """The writer thread ended by an exception it could not handle (see ``Writer._main``)."""
+
+
+def _not_written(groups: WriteBatch) -> dict[str, set[Any]]:
+    """Log the failure being handled; every row of the batch is lost (runs again after its
+    lease), and the writer goes on with the next batch."""
+    log.exception("writing results failed; the rows run again after their lease",
+                  extra={"action": "write_failed"})
+    return {t.name: {w.pk for w in ws} for t, ws in groups}
 
 
 def _newest(writes: list[Write], counters: ModelCounters) -> list[Write]:
