@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 GRAPHILE = next(v for v in peers.VARIANTS if v.system == "graphile-worker" and v.name == "batched")
 
 
-def stator_rate(stator: str, pg: str, rows: int, plain_rows: bool) -> dict[str, Any]:
-    """One ``stator bench`` throughput run on PostgreSQL: its JSON result line."""
+def stator_rates(stator: str, pg: str, rows: int, plain_rows: bool) -> dict[str, float]:
+    """One ``stator bench`` throughput run on PostgreSQL: transitions/s by the objects the
+    handlers got (ORM rows; with ``plain_rows`` plain rows too, measured in turn)."""
     command = [stator, "bench", "--db", pg, "--scenario", "throughput", "--processes", "1",
                "--rows", str(rows), "--json"]
     if plain_rows:
@@ -43,10 +44,11 @@ def stator_rate(stator: str, pg: str, rows: int, plain_rows: bool) -> dict[str, 
     if done.returncode != 0:
         raise SystemExit(f"versus: stator bench failed:\n{done.stderr[-2000:]}")
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    throughput = [line for line in lines if line.get("scenario") == "throughput"]
-    if not throughput:
+    rates = {line["objects"]: float(line["transitions_per_second"])
+             for line in lines if line.get("scenario") == "throughput"}
+    if not rates:
         raise SystemExit(f"versus: stator bench printed no throughput line:\n{done.stdout}")
-    return throughput[-1]  # with --plain-rows: the plain rows' run comes last
+    return rates
 
 
 def graphile_rate(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
@@ -86,20 +88,24 @@ def main(argv: list[str]) -> int:
         print(f"versus: {missing}", file=sys.stderr)
         return 1
     rows = args.jobs // 3
-    seen: list[tuple[float, float, float]] = []
-    print(f"{'round':>5} {'graphile jobs/s':>16} {'stator transitions/s':>21} {'ratio':>6} "
-          f"{'load':>5}", flush=True)
+    kinds = ["orm", "plain"] if args.plain_rows else ["orm"]
+    seen: dict[str, list[float]] = {"graphile": [], **{k: [] for k in kinds}}
+    heads = "".join(f" {'stator ' + k + ' /s':>17} {'ratio':>6}" for k in kinds)
+    print(f"{'round':>5} {'graphile jobs/s':>16}{heads} {'load':>5}", flush=True)
     for number in range(1, args.rounds + 1):
         load = os.getloadavg()[0]
-        graphile = graphile_rate(args, env)["jobs_per_second"]
-        stator = stator_rate(args.stator, stator_url, rows, args.plain_rows)
-        ours = float(stator["transitions_per_second"])
-        seen.append((graphile, ours, ours / graphile))
-        print(f"{number:>5} {graphile:>16,.0f} {ours:>21,.0f} {ours / graphile:>5.2f}x "
-              f"{load:>5.2f}", flush=True)
-    print(f"{'median':>5} {statistics.median(s[0] for s in seen):>16,.0f} "
-          f"{statistics.median(s[1] for s in seen):>21,.0f} "
-          f"{statistics.median(s[2] for s in seen):>5.2f}x", flush=True)
+        graphile = float(graphile_rate(args, env)["jobs_per_second"])
+        ours = stator_rates(args.stator, stator_url, rows, args.plain_rows)
+        seen["graphile"].append(graphile)
+        cells = ""
+        for kind in kinds:
+            seen[kind].append(ours[kind])
+            cells += f" {ours[kind]:>17,.0f} {ours[kind] / graphile:>5.2f}x"
+        print(f"{number:>5} {graphile:>16,.0f}{cells} {load:>5.2f}", flush=True)
+    middle = {name: statistics.median(values) for name, values in seen.items()}
+    cells = "".join(f" {middle[k]:>17,.0f} {middle[k] / middle['graphile']:>5.2f}x"
+                    for k in kinds)
+    print(f"{'median':>5} {middle['graphile']:>16,.0f}{cells}", flush=True)
     return 0
 
 
