@@ -223,13 +223,11 @@ class SqlOperations:
         self, raw: sqlite3.Connection, tracked: TrackedModel, writes: Sequence[Write]
     ) -> list[Any]:
         """SQLite: the fenced UPDATE once per row on the DBAPI connection, inside the caller's
-        transaction; the primary keys whose fence held.
-
-        SQLite runs in this process, so a statement per row costs no round trip, while the
-        one-statement form (a JSON array, unpacked by ``json_each`` and nine ``->>`` per
-        row) cost more CPU than the rows' own updates, in Python and in SQLite alike.
-        ``executemany`` would be cheaper still but cannot say which rows it changed.
-        """
+        transaction; the primary keys whose fence held.  SQLite runs in this process, so a
+        statement per row costs no round trip, while the one-statement form (a JSON array,
+        unpacked by ``json_each`` and nine ``->>`` per row) cost more CPU than the rows' own
+        updates, in Python and in SQLite alike.  ``executemany`` would be cheaper still but
+        cannot say which rows it changed."""
         ts = _TimeTexts(to_sqlite_text)
         history = tracked.history_type is not None
         cursor = raw.cursor()
