@@ -46,6 +46,16 @@ class RecordingEvent(threading.Event):
         return super().wait(timeout)
 
 
+def one_waiting_row(backend: str, build_models: Any, make_stator: Any) -> Any:
+    """A Stator over an ``Idle`` model whose table holds one row, due now."""
+    models = build_models(Idle)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    with Session(stator.engine) as session:
+        session.add(models.Order(id=1))
+        session.commit()
+    return stator
+
+
 # -- item 3: --run-for is kept to ---------------------------------------------------------------
 
 
@@ -125,11 +135,7 @@ def read_only(url: str, path_of_sqlite: Path | None) -> str:
 def test_until_idle_on_a_read_only_database_ends_with_one_clear_error(
     backend, build_models, make_stator, tmp_path
 ):
-    models = build_models(Idle)
-    stator = make_stator(backend, [models.Order], SystemClock())
-    with Session(stator.engine) as session:
-        session.add(models.Order(id=1))
-        session.commit()
+    stator = one_waiting_row(backend, build_models, make_stator)
     blocked = stator.with_db(read_only(backend, tmp_path / "stator.db"))
     worker = blocked.worker(until_idle=True, idle_window=0.2)
     raised: list[BaseException] = []
@@ -319,11 +325,7 @@ def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
 
     from stator import _incurable
 
-    models = build_models(Idle)
-    stator = make_stator(backend, [models.Order], SystemClock())
-    with Session(stator.engine) as session:
-        session.add(models.Order(id=1))
-        session.commit()
+    stator = one_waiting_row(backend, build_models, make_stator)
 
     def full(*_args: Any, **_kwargs: Any) -> Any:
         raise OperationalError("UPDATE", {}, sqlite3.OperationalError("database or disk is full"))
@@ -345,11 +347,7 @@ def test_until_idle_gives_up_when_the_write_back_meets_a_disk_that_stays_full(
 def test_a_starting_worker_claims_before_its_first_heartbeat(
     backend, build_models, make_stator, monkeypatch
 ):
-    models = build_models(Idle)
-    stator = make_stator(backend, [models.Order], SystemClock())
-    with Session(stator.engine) as session:
-        session.add(models.Order(id=1))
-        session.commit()
+    stator = one_waiting_row(backend, build_models, make_stator)
     worker = stator.worker(until_idle=True, idle_window=0.2)
     steps: list[str] = []
 
@@ -419,11 +417,7 @@ def test_a_write_back_that_fails_with_a_bug_loses_that_batch_only(
 ):
     """Not a database error at all (a bug, a write hook's mistake): logged like one, that
     batch's rows run again after their lease, and the writer lives on."""
-    models = build_models(Idle)
-    stator = make_stator(backend, [models.Order], SystemClock())
-    with Session(stator.engine) as session:
-        session.add(models.Order(id=1))
-        session.commit()
+    stator = one_waiting_row(backend, build_models, make_stator)
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise ValueError("a bug")
@@ -441,11 +435,7 @@ def test_a_writer_thread_that_dies_ends_the_worker_with_the_reason(
     why, rather than waiting for results that will never be written."""
     from stator._worker._writer import WriterDied
 
-    models = build_models(Idle)
-    stator = make_stator(backend, [models.Order], SystemClock())
-    with Session(stator.engine) as session:
-        session.add(models.Order(id=1))
-        session.commit()
+    stator = one_waiting_row(backend, build_models, make_stator)
 
     def leave(*_args: Any, **_kwargs: Any) -> Any:
         raise SystemExit(3)
