@@ -437,7 +437,7 @@ def test_the_liveness_file_appears_only_once_the_worker_runs(app_dir, tmp_path):
 
 
 def test_concurrency_has_an_upper_bound_said_in_help(app_dir, capsys):
-    from stator._stator import MAX_CONCURRENCY
+    from stator._limits import MAX_CONCURRENCY
 
     app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")
     code, _out, err = run_cli(capsys, "run", app, "--until-idle", "--concurrency", "100000")
@@ -448,7 +448,7 @@ def test_concurrency_has_an_upper_bound_said_in_help(app_dir, capsys):
 
 
 def test_the_api_bounds_concurrency_too(app_dir):
-    from stator._stator import MAX_CONCURRENCY
+    from stator._limits import MAX_CONCURRENCY
     from stator.errors import ConfigError
 
     app = write_app(app_dir, f"sqlite:///{app_dir / 'a.db'}")

@@ -10,6 +10,10 @@ from collections.abc import Iterator, Mapping
 # it is counted per, or None to count the whole state.
 Limit = tuple[int | Mapping[str, int], str | None]
 
+# Handler threads per worker: each may hold a database connection (the pool is sized from
+# it), and a server's connections and a process's threads run out long before 100,000.
+MAX_CONCURRENCY = 256
+
 
 def limit_problems(
     limit: int | Mapping[str, int] | None, key: str | None, automatic: bool

@@ -13,83 +13,31 @@ rewrites a row whose definition changed (its digest differs) and disables the ro
 declared (their history stays).  A worker fires the definition its row records, not its own
 copy: two versions of the code side by side during a deploy share the one row.
 
-``ScheduleStates`` is the graph; the SQLAlchemy model is made per ``Stator``
+``ScheduleStates``, the graph, and ``fire``, its handler, are in ``_schedule_graph``
+(Django's app loading imports them without SQLAlchemy); the SQLAlchemy model is made per ``Stator``
 (``schedule_model``, which knows the Stator's models), Django's is ``StatorSchedule``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
 
 from ._clock import handler_now
-from ._graph import State, StateGraph
-from ._schedule import Plan, from_definition, next_tick, parse, plan
 from ._schedule import Schedule as Schedule
+from ._schedule import next_tick, parse
+from ._schedule_graph import ScheduleStates as ScheduleStates
+from ._schedule_graph import fire
 from ._store._operations import WRITE
 from ._store._schema import schedules_table
-from .errors import ConfigError, TryAgainLater
+from .errors import ConfigError
 
 if TYPE_CHECKING:  # the ORM is the SQLAlchemy integration's, imported where it runs
     from sqlalchemy.orm import Session
-
-TABLE = "stator_schedules"
-LEASE_TIMEOUT = 10.0  # seconds a firing may take (its lease is longer, see the graph)
-
-
-class ScheduleStates(StateGraph):
-    """``active`` rows fire at their ticks; ``paused`` ones wait for an operator's resume;
-    ``disabled`` ones were removed from the code (declared again, they are active again)."""
-
-    active = State(timeout=LEASE_TIMEOUT, retry_after=10, max_retry_after=600,
-                   force_initial=True)
-    paused = State(externally_progressed=True)
-    disabled = State(externally_progressed=True)
-
-    active.transitions_to(paused)
-    active.transitions_to(disabled)
-    paused.transitions_to(active)
-    paused.transitions_to(disabled)
-    disabled.transitions_to(active)
-
-    @classmethod
-    def check_active(cls, row: Any) -> None:
-        row.stator_fire()
-
-
-class Actions(Protocol):
-    """What a schedule does at a tick, in the handler's transaction (one per integration)."""
-
-    def run(self, schedule: Schedule, tick: datetime) -> str: ...
-
-    def record(self, row: Any, values: dict[str, Any]) -> None: ...
-
-
-def fire(row: Any, actions: Actions, now: datetime | None = None) -> Plan:
-    """Fire what is due for ``row`` and record it on the row; raises ``TryAgainLater`` until
-    its next tick (the engine's write of that due time is the fence of all of it)."""
-    now = now or handler_now()
-    schedule = from_definition(row.name, json.loads(row.definition))
-    result = plan(schedule, row.next_tick, now)
-    outcomes = [actions.run(schedule, tick) for tick in result.fire]
-    values: dict[str, Any] = {}
-    if result.next != row.next_tick:
-        values["next_tick"] = result.next
-    if result.fire:
-        values.update(last_tick=result.fire[-1], last_fired_at=now, fired=row.fired + len(
-            result.fire), last_outcome=outcomes[-1] if len(outcomes) == 1 else
-            f"{len(outcomes)} ticks: {outcomes[-1]}")
-    if result.missed:
-        values["missed"] = row.missed + result.missed
-    if values:
-        actions.record(row, values)
-    raise TryAgainLater(max((result.next - now).total_seconds(), 0.0))
-
 
 # -- following the code --------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import ArgumentError
 from ._clock import Clock, SystemClock
 from ._execute import Executor, Task
 from ._graph import State
+from ._limits import MAX_CONCURRENCY
 from ._policy import Write
 from ._schedules import Schedule, parse_for_models, sync, with_schedule_model
 from ._store import TrackedModel
@@ -24,10 +25,6 @@ from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
-
-# Handler threads per worker: each may hold a database connection (the pool is sized from
-# it), and a server's connections and a process's threads run out long before 100,000.
-MAX_CONCURRENCY = 256
 
 
 @dataclass

@@ -74,3 +74,43 @@ def test_a_task_worker_loads_no_orm_rich_nor_web_stack(project_env: dict[str, st
     env = {**project_env, "DJANGO_SETTINGS_MODULE": "settings"}
     setup = "from jobs import noop\nnoop.enqueue()"
     assert loaded_after(env, setup, str(PROJECT)) == []
+
+
+def loaded_by_application(env: dict[str, str], work: str, cwd: str) -> list[str]:
+    """The SQLAlchemy modules a process that loads its apps and does ``work`` imports."""
+    code = (
+        "import django\ndjango.setup()\n"
+        f"{work}\n"
+        "import json, sys\n"
+        "print('LOADED=' + json.dumps(sorted(m for m in sys.modules"
+        " if m == 'sqlalchemy' or m.startswith('sqlalchemy.'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("LOADED="))
+    found: list[str] = json.loads(line.removeprefix("LOADED="))
+    return found
+
+
+def test_an_application_process_that_saves_rows_loads_no_sqlalchemy(
+    project: dict[str, str],
+) -> None:
+    """A web process or a management command pays for what it uses: loading the apps, saving
+    and reading a ``StatorModel`` row need no SQLAlchemy (about a quarter of a second to
+    import on a slow machine, before every request of a freshly started process)."""
+    work = ("from djtest.orders.models import Order\n"
+            "order = Order.objects.create(paid=True)\n"
+            "assert Order.objects.get(pk=order.pk).state == 'new'")
+    assert loaded_by_application(project, work, str(HERE)) == []
+
+
+@pytest.mark.skipif(not HAS_TASKS, reason="the task backend needs Django >= 6.0")
+def test_an_application_process_that_enqueues_a_task_loads_no_sqlalchemy(
+    project_env: dict[str, str],
+) -> None:
+    task_manage(project_env, "migrate", "-v", "0")
+    env = {**project_env, "DJANGO_SETTINGS_MODULE": "settings"}
+    work = ("from jobs import noop\nresult = noop.enqueue()\n"
+            "assert noop.get_result(result.id).status == 'READY'")
+    assert loaded_by_application(env, work, str(PROJECT)) == []

@@ -2,27 +2,48 @@
 its typed records (``_records.py``), the SQL both drivers share (statements, every difference
 between databases in ``_dialects``, Stator's own tables), and the SQLAlchemy driver
 (``Store``).  The Django driver (``_django.py``) is imported only where Django is, so it is
-not exported here.  ``Store`` is imported when first asked for: it brings SQLAlchemy's ORM,
-which a Django worker, holding only the shared parts, never loads."""
+not exported here.  Every name is imported when first asked for (``Store`` brings
+SQLAlchemy's ORM, which a Django worker, holding only the shared parts, never loads)."""
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._bookkeeping import Bookkeeping
-from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
-from ._records import (
-    EdgeCount,
-    ErrorRecord,
-    Heartbeat,
-    ModelStats,
-    StateCount,
-    StatsPeriod,
-    WorkerRecord,
-)
-from ._tracked import TrackedModel
-from .interface import Driver
-
 if TYPE_CHECKING:
+    from ._bookkeeping import Bookkeeping
+    from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
+    from ._records import (
+        EdgeCount,
+        ErrorRecord,
+        Heartbeat,
+        ModelStats,
+        StateCount,
+        StatsPeriod,
+        WorkerRecord,
+    )
     from ._store import Store
+    from ._tracked import TrackedModel
+    from .interface import Driver
+
+# Each name is imported when first asked for: most of the package stands on SQLAlchemy, and
+# a Django process that only loads its apps reaches in here for the dialects' spelling of
+# a time (``_dialects``), which needs none of it.
+_HOME = {
+    "Bookkeeping": "._bookkeeping",
+    "BEGIN_OPTION": "._dialects",
+    "NOTIFY_CHANNEL": "._dialects",
+    "SqlDialect": "._dialects",
+    "dialect_for": "._dialects",
+    "EdgeCount": "._records",
+    "ErrorRecord": "._records",
+    "Heartbeat": "._records",
+    "ModelStats": "._records",
+    "StateCount": "._records",
+    "StatsPeriod": "._records",
+    "WorkerRecord": "._records",
+    "Store": "._store",
+    "TrackedModel": "._tracked",
+    "Driver": ".interface",
+}
 
 __all__ = [
     "BEGIN_OPTION",
@@ -44,8 +65,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Store":
-        from ._store import Store
-
-        return Store
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value

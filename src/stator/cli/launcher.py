@@ -14,7 +14,7 @@ import click
 from sqlalchemy import URL
 
 from .._console import fail, out, setup_logging, user_errors
-from .._stator import MAX_CONCURRENCY
+from .._limits import MAX_CONCURRENCY
 from .._worker.serving import exit_if_hung, run_with_signals, stop_signals
 from ..errors import ConfigError
 from ._app import LOG_LEVELS, control_option, load_app

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .._console import setup_logging, user_errors
-from .._stator import MAX_CONCURRENCY
+from .._limits import MAX_CONCURRENCY
 from .._worker import Worker
 from .._worker.serving import EXIT_HUNG, serve, serve_metrics, when_reachable
 from ._app import LOG_LEVELS, Seconds, app_command, load_app, split_names

@@ -4,12 +4,14 @@ application code's moves share)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from .._store._django import store_for
+if TYPE_CHECKING:
+    from .._store import TrackedModel
+    from .._store._django import DjangoStore
 
 __all__ = ["admin_actor", "refuse_unpermitted_action", "store_for"]
 
@@ -23,6 +25,15 @@ def refuse_unpermitted_action(modeladmin: Any, request: HttpRequest, prefix: str
     allowed = modeladmin.get_actions(request)
     if any(a not in allowed for a in named):
         raise PermissionDenied("you do not have the permission this action needs")
+
+
+def store_for(alias: str, model: type) -> tuple[DjangoStore, TrackedModel]:
+    """The Django driver for ``model`` on database ``alias`` and its tracked model, imported
+    when an action runs: the admin modules load in every process that loads the apps (the
+    admin's autodiscovery), and the driver brings SQLAlchemy."""
+    from .._store._django import store_for as driver_for
+
+    return driver_for(alias, model)
 
 
 def admin_actor(request: HttpRequest) -> str:

@@ -17,7 +17,6 @@ from django.http import HttpRequest
 
 from .._clock import SystemClock
 from .._schedule import from_definition
-from .._schedule_ops import schedule_action
 from ..errors import ConfigError
 from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._schedule_model import StatorSchedule
@@ -27,6 +26,8 @@ _SAID = {"run_now": "fires now", "pause": "paused", "resume": "resumed"}
 
 def _act(action: str) -> Any:
     def run(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        from .._schedule_ops import schedule_action  # the admin's modules load everywhere
+
         store, _ = store_for(queryset.db, StatorSchedule)
         now, actor = SystemClock().now(), admin_actor(request)
         done = 0

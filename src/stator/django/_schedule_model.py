@@ -30,7 +30,7 @@ from django.db import models
 
 from .._clock import handler_now
 from .._schedule import Schedule, parse
-from .._schedules import ScheduleStates, fire
+from .._schedule_graph import ScheduleStates, fire
 from ..errors import ConfigError
 from ._settings import stator_settings
 from ._stator_model import StatorModel

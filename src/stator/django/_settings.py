@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .._stator import MAX_CONCURRENCY
+from .._limits import MAX_CONCURRENCY
 from ..errors import ConfigError
 
 DEFAULTS: dict[str, Any] = {

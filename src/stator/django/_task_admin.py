@@ -20,7 +20,6 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from .._clock import SystemClock
-from .._store import _operator_actions
 from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._task_model import StatorTask
 
@@ -89,6 +88,7 @@ class StatorTaskAdmin(admin.ModelAdmin):
         # Django >= 6.0 only, as is running again; this page is registered on 5.2 too.
         from django.tasks import task_backends
 
+        from .._store import _operator_actions  # the admin's modules load everywhere
         from .tasks import load_task
 
         store, t = store_for(queryset.db, StatorTask)

@@ -33,7 +33,6 @@ from django.utils.safestring import SafeString, mark_safe
 from .._clock import SystemClock
 from .._graph import State, StateGraph, role
 from .._graph_text import to_dot, to_mermaid
-from .._store import _dashboard, _operator_actions
 from ..errors import TransitionConflict, TransitionError
 from . import (
     _schedule_admin,  # noqa: F401  (registers the schedules page)
@@ -172,6 +171,8 @@ def stator_retry_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet[A
     (its result will be refused by the fence) and runs again."""
     graph: type[StateGraph] = queryset.model.state_graph
     automatic = [s.name for s in graph.states.values() if s.automatic]
+    from .._store import _operator_actions  # the admin's modules load everywhere
+
     store, t = store_for(queryset.db, queryset.model)
     now, actor = SystemClock().now(), admin_actor(request)
     done = changed = 0
@@ -195,6 +196,8 @@ def _mover(target: State) -> Callable[[Any, HttpRequest, QuerySet[Any]], HttpRes
         if request.POST.get("post") != "yes":
             return _confirm_move(modeladmin, request, queryset, movable, target, move.__name__)
         seen = _seen_rows(request.POST.getlist("stator_seen"))
+        from .._store import _operator_actions  # the admin's modules load everywhere
+
         store, t = store_for(queryset.db, queryset.model)
         now, actor = SystemClock().now(), admin_actor(request)
         moved = changed = 0
@@ -255,7 +258,9 @@ def _seen_rows(values: Iterable[str]) -> dict[str, tuple[str, datetime | None]]:
     for value in values:
         try:
             pk, state, due = json.loads(value)
-            when = None if due is None else _dashboard.parse_time(due)  # aware, in range
+            from .._store._dashboard import parse_time  # the admin's modules load everywhere
+
+            when = None if due is None else parse_time(due)  # aware, in range
         except (ValueError, TypeError, RecursionError):
             continue
         if isinstance(pk, str) and isinstance(state, str):

@@ -7,7 +7,10 @@ these pieces are shared (``_statements.py``).  One module per database (``_sqlit
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 from ._base import NOTIFY_CHANNEL, SqlDialect
 from ._postgres import (

@@ -10,10 +10,13 @@ import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import URL, DateTime, Engine
-from sqlalchemy.types import TypeEngine
+# SQLAlchemy is imported where it runs: Django's fields ask a dialect how to spell a time
+# while apps load, and must not bring in the toolkit (a quarter of a second) to do so.
+if TYPE_CHECKING:
+    from sqlalchemy import URL, Engine
+    from sqlalchemy.types import TypeEngine
 
 NOTIFY_CHANNEL = "stator"
 
@@ -85,6 +88,8 @@ class SqlDialect:
 
     def time_type(self) -> TypeEngine[Any]:
         """How the database stores a timestamp (``_types.UTCDateTime``'s column)."""
+        from sqlalchemy import DateTime
+
         return DateTime(timezone=True)
 
     # -- URLs (the SQLAlchemy driver's engine, its schema checks) ----------------------------

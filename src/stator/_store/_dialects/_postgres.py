@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import URL, Engine, event
+if TYPE_CHECKING:  # imported where it runs (see ``_base``)
+    from sqlalchemy import URL, Engine
 
 from ..._time_text import to_sqlite_text
 from ._base import NOTIFY_CHANNEL, SqlDialect
@@ -68,6 +69,8 @@ class PostgresDialect(SqlDialect):
         return url.set(drivername="postgresql+psycopg") if url.drivername == self.name else url
 
     def url_from_django(self, settings: dict[str, Any]) -> URL:
+        from sqlalchemy import URL
+
         s = settings
         return URL.create(
             "postgresql+psycopg", username=s.get("USER") or None,
@@ -252,6 +255,7 @@ def configure_postgres(engine: Engine, idle_limit: float) -> None:
     if getattr(engine, "_stator_configured", False):
         return
     engine._stator_configured = True  # type: ignore[attr-defined]
+    from sqlalchemy import event
 
     @event.listens_for(engine, "do_connect")
     def _on_do_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:

@@ -7,11 +7,11 @@ import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import URL, Engine, String, event
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.types import TypeEngine
+if TYPE_CHECKING:  # imported where it runs (see ``_base``)
+    from sqlalchemy import URL, Engine
+    from sqlalchemy.types import TypeEngine
 
 from ..._time_text import to_sqlite_text
 from ._base import SqlDialect
@@ -38,12 +38,16 @@ class SqliteDialect(SqlDialect):
     times_as_text = True
 
     def url_from_django(self, settings: dict[str, Any]) -> URL:
+        from sqlalchemy import URL
+
         return URL.create("sqlite", database=str(settings["NAME"]))
 
     def ts(self, value: datetime) -> Any:
         return to_sqlite_text(value)
 
     def time_type(self) -> TypeEngine[Any]:
+        from sqlalchemy import String
+
         return String(26)  # ``_time_text``: fixed-width, sorts in time order
 
     def in_memory(self, url: URL) -> bool:
@@ -165,6 +169,7 @@ def configure_sqlite(engine: Engine) -> None:
     if getattr(engine, "_stator_configured", False):
         return
     engine._stator_configured = True  # type: ignore[attr-defined]
+    from sqlalchemy import event
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -196,6 +201,8 @@ def _begin(conn: Any, statement: str) -> None:
     try:
         cursor.execute(statement)
     except error as exc:
+        from sqlalchemy.exc import DBAPIError
+
         raise DBAPIError.instance(statement, (), exc, error) from exc
     finally:
         cursor.close()

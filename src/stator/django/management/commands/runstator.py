@@ -67,7 +67,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from stator._console import fail, setup_logging
-        from stator._stator import MAX_CONCURRENCY
+        from stator._limits import MAX_CONCURRENCY
 
         setup_logging(LEVELS.get(options["verbosity"], "INFO"))
         for name in ("concurrency", "batch_size", "max_tasks"):
