@@ -373,3 +373,34 @@ def test_write_columns_carry_the_handlers_values(
         conn.execute(insert(model), [{"id": 1, "order": 0}, {"id": 2, "order": -1}])
     assert stator.run_once().transitions == 2
     assert results(stator, model) == {1: ("done", "done 1"), 2: ("done", "slow")}
+
+
+@pytest.mark.parametrize(("hook", "value", "named"), [
+    ("stator_write_columns", {"state": "value"}, "state"),
+    ("stator_write_columns", {"state_next": "time"}, "state_next"),
+    ("stator_write_columns", {"id": "value"}, "id"),
+    ("stator_claim_stamps", {"state_next": "each"}, "state_next"),
+    ("stator_claim_stamps", {"state_changed": "first"}, "state_changed"),
+    ("stator_lease_column", "state_next", "state_next"),
+    ("stator_lease_column", "id", "id"),
+])
+def test_a_hook_may_not_name_a_column_the_engine_writes(
+    backend: str, clock: Any, hook: str, value: Any, named: str
+) -> None:
+    """A hook that named ``state`` would let a handler's value stand in for the engine's
+    move (one statement setting it twice; on SQLite the last one wins), one that named
+    ``state_next`` would overwrite the claim's fencing token: refused with what it named."""
+    model = models(hook=False)
+    setattr(model, hook, value)
+    with pytest.raises(ConfigError, match=f"{hook} names '{named}'"):
+        Stator(backend, [model], clock=clock)
+
+
+def test_a_write_column_may_not_be_the_lease_column(backend: str, clock: Any) -> None:
+    """The lease column is how a limited claim counts running rows: a handler's value there
+    would free or fill a limit's room."""
+    model = models(hook=False)
+    model.stator_lease_column = "result"
+    model.stator_write_columns = {"result": "value"}
+    with pytest.raises(ConfigError, match="stator_write_columns names 'result', which holds"):
+        Stator(backend, [model], clock=clock)

@@ -3,7 +3,7 @@ declares, with its statements (``_statements.py``) built once per model and dial
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from .._graph import StateGraph
 from .._limits import Limit, limit_problems
 from ..errors import ConfigError
 from ._dialects import SqlDialect
+from ._schema import STATOR_COLUMNS
 from ._statements import Statements, build_statements
 from ._write_columns import WriteColumns, checked
 
@@ -135,8 +136,16 @@ class TrackedModel:
                     f"{model.__name__}.stator_claim_stamps: {column!r}: {when!r} must name a "
                     f"column of {table.name} and say 'first' or 'each'"
                 )
+        # (A claim stamp may also be a write column, as a task's start times are: the claim
+        # sets one, the write the other.)
+        taken = {**dict.fromkeys([*STATOR_COLUMNS, "state_history"], "the engine writes"),
+                 pks[0].name: "is the primary key"}
+        _refuse_taken(model, "stator_lease_column", [lease_column] if lease_column else [], taken)
+        taken.update(dict.fromkeys([lease_column] if lease_column else [], "holds the lease"))
+        _refuse_taken(model, "stator_claim_stamps", stamps, taken)
         declared = _declared_limits(model, graph, table, lease_column, limits or {})
         write_columns = _write_columns(model, table)
+        _refuse_taken(model, "stator_write_columns", [c for c, _ in write_columns], taken)
         tracked = cls(
             model=model, graph=graph, table=table, pk=pks[0].name, pk_attr=pk_attr,
             pk_type=pks[0].type.compile(sa_dialect),
@@ -185,6 +194,20 @@ def _write_columns(model: type, table: Table) -> WriteColumns:
             "the handler's values are written one way, name one of them"
         )
     return columns
+
+
+def _refuse_taken(
+    model: type, hook: str, columns: Iterable[str], taken: Mapping[str, str]
+) -> None:
+    """A column a hook names that the engine, the primary key or an earlier hook already
+    has would be set twice by one statement (the last one winning on SQLite), letting a
+    handler's value or a claim's stamp stand in for the engine's own state or lease."""
+    for column in columns:
+        if column in taken:
+            raise ConfigError(
+                f"{model.__name__}.{hook} names {column!r}, which {taken[column]}: "
+                "name a column of the model's own"
+            )
 
 
 def _declared_limits(
