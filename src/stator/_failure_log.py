@@ -11,6 +11,7 @@ said in one line when logging resumes.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -25,6 +26,16 @@ log = logging.getLogger("stator.worker.failures")
 BURST = 20  # failure lines per window
 WINDOW = 60.0  # seconds
 DISTINCT_KEPT = 1000  # distinct errors remembered (their tracebacks were shown once)
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+def exception_of(kind: str, message: str) -> str:
+    """The exception type an error log message names (``"Type: text"``), else its kind: the
+    dashboard's error groups and the failures' ``exception`` label in ``/metrics``."""
+    if kind == "timeout":
+        return "timeout"
+    found = _EXCEPTION.match(message)
+    return found.group(1) if found else kind
 
 
 class FailureLog:

@@ -155,7 +155,7 @@ def written(
     p = _prometheus
     if p is None:
         return
-    from ._store._dashboard import exception_of
+    from ._failure_log import exception_of
 
     for (source, target), n in moved.items():
         p.transitions.labels(model, label, source, target).inc(n)
@@ -169,8 +169,9 @@ def written(
 
 def drain_edges(worker_id: str, now: datetime) -> list[EdgeCount]:
     """The worker's edge counts since the last call, as ``stator_edge_stats`` rows."""
-    from ._store._dashboard import edge_rows
+    from ._store._records import EdgeCount
 
     with _lock:
         counts = _edges.pop(worker_id, {})
-    return list(edge_rows(worker_id, now, counts))
+    return [EdgeCount(worker_id, model, source, target, now, count)
+            for model, edges in counts.items() for (source, target), count in edges.items()]

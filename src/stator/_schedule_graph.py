@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._clock import handler_now
 from ._graph import State, StateGraph
-from ._schedule import Plan, Schedule, from_definition, plan
 from .errors import TryAgainLater
+
+if TYPE_CHECKING:
+    # Schedules' definitions and ticks (cronsim, zoneinfo): imported where a schedule is
+    # parsed or fired, so a worker of a project without schedules never loads them.
+    from ._schedule import Plan, Schedule
 
 TABLE = "stator_schedules"
 LEASE_TIMEOUT = 10.0  # seconds a firing may take (its lease is longer, see the graph)
@@ -51,6 +55,8 @@ class Actions(Protocol):
 def fire(row: Any, actions: Actions, now: datetime | None = None) -> Plan:
     """Fire what is due for ``row`` and record it on the row; raises ``TryAgainLater`` until
     its next tick (the engine's write of that due time is the fence of all of it)."""
+    from ._schedule import from_definition, plan
+
     now = now or handler_now()
     schedule = from_definition(row.name, json.loads(row.definition))
     result = plan(schedule, row.next_tick, now)

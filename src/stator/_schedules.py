@@ -28,8 +28,6 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
 
 from ._clock import handler_now
-from ._schedule import Schedule as Schedule
-from ._schedule import next_tick, parse
 from ._schedule_graph import ScheduleStates as ScheduleStates
 from ._schedule_graph import fire
 from ._store._operations import WRITE
@@ -38,6 +36,8 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:  # the ORM is the SQLAlchemy integration's, imported where it runs
     from sqlalchemy.orm import Session
+
+    from ._schedule import Schedule  # imported where a schedule is parsed (_schedule_graph)
 
 # -- following the code --------------------------------------------------------------------
 
@@ -79,10 +79,14 @@ def _sync(engine: Engine, schedules: Sequence[Schedule], now: datetime) -> list[
 
 
 def _next(schedule: Schedule, now: datetime) -> str:
+    from ._schedule import next_tick
+
     return next_tick(schedule, now).isoformat()
 
 
 def _insert(conn: Connection, schedule: Schedule, now: datetime) -> None:
+    from ._schedule import next_tick
+
     tick = next_tick(schedule, now)
     conn.execute(schedules_table.insert().values(
         name=schedule.name, kind=schedule.kind, definition=schedule.definition_text,
@@ -95,6 +99,8 @@ def _rewrite(conn: Connection, schedule: Schedule, row: Any, now: datetime) -> N
     """A changed definition runs from its next tick after now; the row's history stays.  A
     worker holding the row meanwhile loses its lease (``state_next`` changes): its firing,
     by the old definition, is rolled back."""
+    from ._schedule import next_tick
+
     t = schedules_table
     tick = next_tick(schedule, now)
     values: dict[str, Any] = {
@@ -174,6 +180,8 @@ def parse_for_models(
     ``move`` names a state of its graph; ``task`` needs Django."""
     if declared is None:
         return None
+    from ._schedule import parse
+
     if not isinstance(declared, dict):
         raise ConfigError("schedules is a dict: {name: {'insert': Model, 'every': 60}, ...}")
     namer = model_namer(models)

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, ColumnElement, Connection, Engine
 from sqlalchemy.engine import make_url
@@ -19,12 +19,15 @@ from ._execute import Executor, Task
 from ._graph import State
 from ._limits import MAX_CONCURRENCY
 from ._policy import Write
-from ._schedules import Schedule, parse_for_models, sync, with_schedule_model
+from ._schedules import parse_for_models, sync, with_schedule_model
 from ._store import TrackedModel
 from ._store.interface import Driver
 from ._urls import shown
 from ._worker import RunSummary, Worker, WorkerOptions
 from .errors import ConfigError, TransitionError
+
+if TYPE_CHECKING:  # parsed only where schedules are declared (see _schedule_graph)
+    from ._schedule import Schedule
 
 
 @dataclass

@@ -6,13 +6,12 @@ groups, pauses and the action log.  The actions are ``_operator_actions``'s.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from .._failure_log import exception_of
 from . import _schema
 from ._counts import (
     DUE_CAP,
@@ -29,7 +28,6 @@ from ._counts import (
 )
 from ._limit_usage import LimitUsage, StateLimit, limit_usage
 from ._outside_values import parse_pk, parse_time, storable_text
-from ._records import EdgeCount
 from ._row_pages import CURSOR_NEXT, PAGE_SIZE, RowPage, get_row, list_rows, row_errors
 
 if TYPE_CHECKING:
@@ -37,16 +35,6 @@ if TYPE_CHECKING:
 
 
 # -- errors --------------------------------------------------------------------------------
-
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
-
-
-def exception_of(kind: str, message: str) -> str:
-    """The exception type an error log message names (``"Type: text"``), else its kind."""
-    if kind == "timeout":
-        return "timeout"
-    found = _EXCEPTION.match(message)
-    return found.group(1) if found else kind
 
 
 def error_groups(
@@ -86,15 +74,6 @@ def recent_actions(store: Store, limit: int = 20) -> list[dict[str, Any]]:
                 conn.execute(select(a).order_by(a.c.id.desc()).limit(limit))]
 
 
-def edge_rows(
-    worker_id: str, now: datetime, edges: dict[str, dict[tuple[str, str], int]]
-) -> Iterable[EdgeCount]:
-    """Rows of ``stator_edge_stats`` for one stats period's edge counts."""
-    for model, counts in edges.items():
-        for (source, target), count in counts.items():
-            yield EdgeCount(worker_id, model, source, target, now, count)
-
-
 __all__ = [
     "CURSOR_NEXT",
     "DUE_CAP",
@@ -108,7 +87,6 @@ __all__ = [
     "RowPage",
     "StateLimit",
     "edge_rates",
-    "edge_rows",
     "error_groups",
     "every_state",
     "exception_of",

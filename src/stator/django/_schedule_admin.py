@@ -16,7 +16,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .._clock import SystemClock
-from .._schedule import from_definition
 from ..errors import ConfigError
 from ._admin_support import admin_actor, refuse_unpermitted_action, store_for
 from ._schedule_model import StatorSchedule
@@ -73,6 +72,8 @@ class StatorScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="when")
     def when(self, obj: StatorSchedule) -> str:
+        from .._schedule import from_definition  # the admin's modules load everywhere
+
         try:
             return from_definition(obj.name, json.loads(obj.definition)).when
         except (ValueError, ConfigError):

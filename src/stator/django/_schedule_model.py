@@ -23,18 +23,20 @@ Without a ``SCHEDULE`` key Stator leaves the table alone (and workers do not run
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import models
 
 from .._clock import handler_now
-from .._schedule import Schedule, parse
 from .._schedule_graph import ScheduleStates, fire
 from ..errors import ConfigError
 from ._settings import stator_settings
 from ._stator_model import StatorModel
 from .fields import StatorDateTimeField
+
+if TYPE_CHECKING:  # parsed only when STATOR["SCHEDULE"] declares some (see _schedule_graph)
+    from .._schedule import Schedule
 
 
 class StatorSchedule(StatorModel):
@@ -75,6 +77,8 @@ def declared_schedules() -> list[Schedule] | None:
         return None
     if not isinstance(declared, dict):
         raise ConfigError("settings.STATOR['SCHEDULE'] is a dict of schedules by name")
+    from .._schedule import parse
+
     found = []
     for name, raw in declared.items():
         schedule = parse(name, raw, _model_label)

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 
 from .._clock import Clock
-from .._schedule import Schedule
 from .._stator import Stator
 from .._store._django import DjangoStore
 from ._schedule_model import StatorSchedule, declared_schedules, remember
@@ -18,6 +17,9 @@ from ._settings import stator_settings as stator_settings
 from ._stator_model import StatorModel, graph_of
 from ._task_model import StatorTask
 from ._task_options import stator_backends
+
+if TYPE_CHECKING:
+    from .._schedule import Schedule
 
 
 def stator_models(*, every: bool = False) -> list[type]:
