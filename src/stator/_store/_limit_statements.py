@@ -101,7 +101,7 @@ def limited_claim_sql(
         f"FROM ({union}) AS c), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET {update} "
-        f"WHERE {pk} IN (SELECT {pk} FROM picked){lease_commit} RETURNING {returning}"
+        f"WHERE {d.picked_rows(pk)}{lease_commit} RETURNING {returning}"
     )
 
 

@@ -339,6 +339,6 @@ def _claim_sql(
         f"WITH {share}due AS ({due}), "
         f"picked AS (SELECT {pk} FROM due ORDER BY rn, {order} LIMIT :limit) "
         f"UPDATE {table} SET state_next = CASE state {lease} END{copy}{stamps} "
-        f"WHERE {pk} IN (SELECT {pk} FROM picked){lease_commit} RETURNING {returning}"
+        f"WHERE {d.picked_rows(pk)}{lease_commit} RETURNING {returning}"
     )
 

@@ -52,6 +52,10 @@ class SqlDialect:
     # (see ``PostgresDialect``); empty where commits cost no such wait.
     lease_commit = ""
 
+    def picked_rows(self, pk: str) -> str:
+        """How a claim's ``UPDATE`` finds the rows its ``picked`` CTE chose (by key)."""
+        return f"{pk} IN (SELECT {pk} FROM picked)"
+
     def key_rows(self, keys: str, table: str, pk: str, columns: str, where: str,
                  order: str, cap: str) -> str:
         """A limited claim's ``FROM``: each row ``r`` of ``keys`` (``stator_lkey``,

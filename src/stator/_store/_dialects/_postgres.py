@@ -35,6 +35,13 @@ class PostgresDialect(SqlDialect):
     # claim runs in autocommit or inside one (it never outlives the claim's transaction).
     lease_commit = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
+    def picked_rows(self, pk: str) -> str:
+        # The picked keys as one array, each row found by its primary key.  Spelt ``IN
+        # (SELECT …)``, the planner estimated the CTE's rows and, on a table of a few
+        # hundred pages, chose a hash semi-join over a sequential scan of the whole table
+        # (the lease condition evaluated on every row): 20,000 rows read to update 100.
+        return f"{pk} = ANY(ARRAY(SELECT {pk} FROM picked))"
+
     def key_rows(self, keys: str, table: str, pk: str, columns: str, where: str,
                  order: str, cap: str) -> str:
         """A ``LATERAL`` pick, one index range per key, locking no more than the key's room
