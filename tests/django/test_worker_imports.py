@@ -118,3 +118,14 @@ def test_an_application_process_that_enqueues_a_task_loads_no_sqlalchemy(
     work = ("from jobs import noop\nresult = noop.enqueue()\n"
             "assert noop.get_result(result.id).status == 'READY'")
     assert loaded_by_application(env, work, str(PROJECT)) == []
+
+
+def test_the_runstator_command_loads_no_sqlalchemy_before_it_runs(
+    project: dict[str, str],
+) -> None:
+    """``manage.py runstator`` loads the command's module before its ``handle``, which
+    freezes what Django loaded (``gc.freeze``) so that the start-up's collections do not scan
+    it; SQLAlchemy and the engine load after that, in ``handle``, not with the module."""
+    work = ("from django.core.management import load_command_class\n"
+            "load_command_class('stator.django', 'runstator')")
+    assert loaded_by_application(project, work, str(HERE)) == []
