@@ -26,7 +26,7 @@ log = logging.getLogger("stator.worker.failures")
 BURST = 20  # failure lines per window
 WINDOW = 60.0  # seconds
 DISTINCT_KEPT = 1000  # distinct errors remembered (their tracebacks were shown once)
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+_EXCEPTION = r"^([A-Za-z_][\w.]*)(?::|$)"  # compiled at its first use (``re`` caches it)
 
 
 def exception_of(kind: str, message: str) -> str:
@@ -34,7 +34,7 @@ def exception_of(kind: str, message: str) -> str:
     dashboard's error groups and the failures' ``exception`` label in ``/metrics``."""
     if kind == "timeout":
         return "timeout"
-    found = _EXCEPTION.match(message)
+    found = re.match(_EXCEPTION, message)
     return found.group(1) if found else kind
 
 

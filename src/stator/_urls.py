@@ -24,8 +24,10 @@ SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "apikey", "api_k
 
 # For text that is not a URL at all (an error about it must not print its secret either):
 # everything between the user name and the last "@", and the value of each secret parameter.
-_USERINFO = re.compile(r"(://[^:/?#@]*:).*@")
-_PARAMETER = re.compile(r"([?&;]([^=&;#]*)=)([^&;#]*)")
+# Patterns, compiled (and cached by ``re``) at their first use: a worker imports this module
+# and may never mask a text.
+_USERINFO = r"(://[^:/?#@]*:).*@"
+_PARAMETER = r"([?&;]([^=&;#]*)=)([^&;#]*)"
 
 
 def is_secret(key: str) -> bool:
@@ -57,7 +59,8 @@ def _values(value: str | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _masked_text(text: str) -> str:
-    text = _USERINFO.sub(rf"\g<1>{MASK}@", text)
-    return _PARAMETER.sub(
+    text = re.sub(_USERINFO, rf"\g<1>{MASK}@", text)
+    return re.sub(
+        _PARAMETER,
         lambda m: m.group(1) + MASK if is_secret(m.group(2)) else m.group(0), text
     )
