@@ -11,15 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._bookkeeping import Bookkeeping
     from ._dialects import BEGIN_OPTION, NOTIFY_CHANNEL, SqlDialect, dialect_for
-    from ._records import (
-        EdgeCount,
-        ErrorRecord,
-        Heartbeat,
-        ModelStats,
-        StateCount,
-        StatsPeriod,
-        WorkerRecord,
-    )
+    from ._read_records import ErrorRecord, ModelStats, StateCount, WorkerRecord
+    from ._records import EdgeCount, Heartbeat, StatsPeriod
     from ._store import Store
     from ._tracked import TrackedModel
     from .interface import Driver
@@ -34,12 +27,12 @@ _HOME = {
     "SqlDialect": "._dialects",
     "dialect_for": "._dialects",
     "EdgeCount": "._records",
-    "ErrorRecord": "._records",
+    "ErrorRecord": "._read_records",
     "Heartbeat": "._records",
-    "ModelStats": "._records",
-    "StateCount": "._records",
+    "ModelStats": "._read_records",
+    "StateCount": "._read_records",
     "StatsPeriod": "._records",
-    "WorkerRecord": "._records",
+    "WorkerRecord": "._read_records",
     "Store": "._store",
     "TrackedModel": "._tracked",
     "Driver": ".interface",

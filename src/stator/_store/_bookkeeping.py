@@ -12,6 +12,7 @@ import socket
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     Engine,
@@ -29,7 +30,10 @@ from sqlalchemy.pool import StaticPool
 from . import _schema
 from ._dialects._sqlite import configure_sqlite
 from ._operations import WRITE
-from ._records import EdgeCount, ErrorRecord, Heartbeat, ModelStats, StatsPeriod, WorkerRecord
+from ._records import EdgeCount, Heartbeat, StatsPeriod
+
+if TYPE_CHECKING:  # what the readers get back, imported where they read
+    from ._read_records import ErrorRecord, ModelStats, WorkerRecord
 
 
 def _typed(sql: str) -> TextClause:
@@ -101,6 +105,8 @@ class Bookkeeping:
             conn.execute(delete(workers).where(workers.c.last_seen < prune_before))
 
     def recent_stats(self, since: datetime) -> list[ModelStats]:
+        from ._read_records import ModelStats
+
         s = _schema.stats_table
         query = (
             select(
@@ -124,6 +130,8 @@ class Bookkeeping:
     ) -> list[ErrorRecord]:
         """The newest errors, of ``models`` only if given (another app may share the
         database and Stator's tables)."""
+        from ._read_records import ErrorRecord
+
         e = _schema.errors_table
         query = select(e).order_by(e.c.id.desc()).limit(limit)
         if models is not None:
@@ -133,6 +141,8 @@ class Bookkeeping:
 
     def workers(self, models: Sequence[str] | None = None) -> list[WorkerRecord]:
         """Workers that run any of ``models`` (all workers if not given)."""
+        from ._read_records import WorkerRecord
+
         w = _schema.workers_table
         with self.engine.connect() as conn:
             rows = [WorkerRecord.from_row(r._mapping)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, func, select, text
 
 from . import _schema
-from ._records import StateCount
+from ._read_records import StateCount
 from ._tracked import TrackedModel
 from ._unreadable import readable_time
 

@@ -1,6 +1,6 @@
-"""What a driver's bookkeeping operations take and give back (see ``interface.Driver``):
-a worker's heartbeat, its stats periods and edge counts, the rows of Stator's workers and
-errors tables, the summed stats of a model, and the rows per state.
+"""What a driver's bookkeeping operations take from a worker (see ``interface.Driver``): its
+heartbeat, its stats periods and edge counts.  What the readers get back (``stator status``,
+the dashboard, ``/metrics``) is ``_read_records``'s, which a worker never imports.
 
 Frozen and typed, so every reader (``stator status``, the dashboard, ``/metrics``, the
 conformance suite) names the same fields and a driver cannot hand back a key the others lack.
@@ -10,7 +10,6 @@ conformance suite) names the same fields and a driver cannot hand back a key the
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,58 +27,6 @@ class Heartbeat:
     models: tuple[str, ...]
     threads: Mapping[str, str]  # thread name -> what it reports doing
     pid: int
-
-
-@dataclass(frozen=True)
-class WorkerRecord:
-    """A worker's row in ``stator_workers``, as its last heartbeat left it."""
-
-    id: str
-    hostname: str
-    pid: int
-    started_at: datetime
-    last_seen: datetime
-    concurrency: int
-    models: tuple[str, ...]
-    threads: Mapping[str, str]
-
-    @classmethod
-    def from_row(cls, row: Mapping[Any, Any]) -> WorkerRecord:
-        """From the stored row: models comma-separated, threads as JSON (unreadable: none)."""
-        try:
-            threads = json.loads(row["threads"])
-        except ValueError:
-            threads = {}
-        return cls(
-            id=row["id"], hostname=row["hostname"], pid=row["pid"],
-            started_at=row["started_at"], last_seen=row["last_seen"],
-            concurrency=row["concurrency"], models=tuple(row["models"].split(",")),
-            threads=threads if isinstance(threads, dict) else {},
-        )
-
-    def as_row(self) -> dict[str, Any]:
-        """The stored shape (models comma-separated, threads as JSON)."""
-        return {**dataclasses.asdict(self), "models": ",".join(self.models),
-                "threads": json.dumps(dict(self.threads))}
-
-
-@dataclass(frozen=True)
-class ErrorRecord:
-    """A failure in ``stator_errors``: which row, in which state and attempt, what it was."""
-
-    id: int
-    model: str
-    row_pk: str
-    state: str
-    attempt: int
-    kind: str
-    message: str
-    traceback: str
-    created_at: datetime
-    worker_id: str
-
-    def as_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -117,35 +64,3 @@ class EdgeCount:
 
     def as_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class ModelStats:
-    """One model's stats periods since a time, summed (the longest lag, not a sum)."""
-
-    model: str
-    processed: int = 0
-    transitions: int = 0
-    errors: int = 0
-    timeouts: int = 0
-    lost: int = 0
-    max_lag: float = 0.0
-
-    def as_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class StateCount:
-    """One model's rows in one state: how many, how many due now and since when, how many
-    failing; ``known`` when the graph has the state, ``estimated`` when the figures come from
-    the planner's statistics rather than a count (see ``_counts``)."""
-
-    model: str
-    state: str
-    rows: int
-    due: int
-    oldest_due: datetime | None
-    failing: int
-    known: bool
-    estimated: bool = False

@@ -19,19 +19,12 @@ from .._policy import Write
 from ._bookkeeping import Bookkeeping
 from ._migrate import SchemaKeeper
 from ._operations import SqlOperations
-from ._records import (
-    EdgeCount,
-    ErrorRecord,
-    Heartbeat,
-    ModelStats,
-    StateCount,
-    StatsPeriod,
-    WorkerRecord,
-)
+from ._records import EdgeCount, Heartbeat, StatsPeriod
 from ._tracked import TrackedModel
 from .interface import INLINE, DueDepth, WriteGroup
 
 if TYPE_CHECKING:
+    from ._read_records import ErrorRecord, ModelStats, StateCount, WorkerRecord
     from .interface import Driver
 
 

@@ -20,23 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from sqlalchemy import Connection, Engine
 
 from .._clock import Clock
 from .._policy import Claimed, Write
 from ._dialects import SqlDialect
-from ._records import (
-    EdgeCount,
-    ErrorRecord,
-    Heartbeat,
-    ModelStats,
-    StateCount,
-    StatsPeriod,
-    WorkerRecord,
-)
+from ._records import EdgeCount, Heartbeat, StatsPeriod
 from ._tracked import TrackedModel
+
+if TYPE_CHECKING:  # what the readers get back: a worker never imports them
+    from ._read_records import ErrorRecord, ModelStats, StateCount, WorkerRecord
 
 # The name a write's failures are recorded under when no worker wrote it (``run_once``).
 INLINE = "inline"
