@@ -4,7 +4,9 @@ loop, written without Stator's statements, engine or ORM.
 A table ``(id, state, state_next, state_changed)`` with a partial index on ``state_next``
 where it is set; then, until nothing is due: one statement leases up to ``batch`` due rows
 (``UPDATE … WHERE id IN (SELECT … ORDER BY state_next LIMIT n FOR UPDATE SKIP LOCKED)
-RETURNING``), one statement writes them all back, each fenced on the lease it was claimed
+RETURNING``; on PostgreSQL ``id = ANY(ARRAY(SELECT …))``, which finds each picked row by its
+key where ``IN`` let the planner scan the whole table, as Stator's own claim does since
+2026-11-27), one statement writes them all back, each fenced on the lease it was claimed
 with (PostgreSQL: ``UPDATE … FROM unnest(…)``; SQLite: ``executemany`` of the fenced UPDATE
 inside ``BEGIN IMMEDIATE``).  Each statement is its own transaction.  Whatever Stator does
 beyond this is the price of its features; the ratio of the two, measured in one run, is the
@@ -131,9 +133,9 @@ def _fill_sqlite(conn: sqlite3.Connection, rows: int) -> None:
 
 def _drive_postgres(conn: Any, batch: int) -> LoopStats:
     claim = (
-        f"UPDATE {TABLE} SET state_next = %(lease)s WHERE id IN (SELECT id FROM {TABLE} "
-        "WHERE state_next <= %(now)s ORDER BY state_next LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
-        "RETURNING id, state, state_next"
+        f"UPDATE {TABLE} SET state_next = %(lease)s WHERE id = ANY(ARRAY(SELECT id FROM {TABLE} "
+        "WHERE state_next <= %(now)s ORDER BY state_next LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+        ") RETURNING id, state, state_next"
     )
     write = (
         f"UPDATE {TABLE} AS t SET state = v.state, state_next = v.next, "
