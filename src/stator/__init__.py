@@ -4,11 +4,12 @@ Declare a ``StateGraph``, mix ``stator.sqlalchemy.StatorMixin`` into a model, an
 that move every row towards where its graph says it should go.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._board import ThreadState
 from ._clock import Clock, ManualClock, SystemClock
 from ._graph import State, StateGraph
+from ._lazy import lazy_names
 from .errors import (
     ConfigError,
     GraphError,
@@ -35,15 +36,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stator' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

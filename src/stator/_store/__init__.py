@@ -5,8 +5,9 @@ between databases in ``_dialects``, Stator's own tables), and the SQLAlchemy dri
 not exported here.  Every name is imported when first asked for (``Store`` brings
 SQLAlchemy's ORM, which a Django worker, holding only the shared parts, never loads)."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._bookkeeping import Bookkeeping
@@ -57,10 +58,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOME, globals())
