@@ -10,6 +10,7 @@ or the settings a process starts with matter.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import logging
@@ -52,6 +53,18 @@ def runstator(*args: str) -> None:
 
 def states(model: type) -> dict[Any, str]:
     return dict(model.objects.values_list("pk", "state"))  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_call_command_leaves_the_collector_alone() -> None:
+    """``manage.py runstator`` sets its start-up objects aside from the collector
+    (``gc.freeze``); under ``call_command`` the process is a test suite's and lives on, and
+    what it froze would never be collected once it became garbage."""
+    order = Order.objects.create(paid=True)
+    before = gc.get_freeze_count()
+    runstator("orders.Order", "--until-idle")
+    assert states(Order) == {order.pk: "charged"}
+    assert gc.get_freeze_count() == before
 
 
 # -- which models: labels and -x -------------------------------------------------------------
@@ -188,13 +201,9 @@ def test_until_idle_leaves_a_task_another_session_holds_locked(
     from django.db import connections
     from django.tasks import TaskResultStatus
 
-    from stator._worker import serving
-
     locked = tasks_jobs.add.enqueue(1, 1)
     free = tasks_jobs.add.enqueue(2, 2)
-    summaries: list[Any] = []
-    serve = serving.serve
-    monkeypatch.setattr(serving, "serve", lambda *a: summaries.append(serve(*a)) or summaries[-1])
+    summaries = summaries_of(monkeypatch)
     db = connections[alias].settings_dict
     with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"],
                          dbname=db["NAME"]) as other:
@@ -254,9 +263,14 @@ def test_start_up_objects_are_set_aside_from_the_collector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``gc.freeze()`` before the worker runs: the modules and objects of start-up are not
-    scanned by each full collection, nor at exit (over a second, on a busy machine)."""
+    scanned by each full collection, nor at exit (over a second, on a busy machine).  As
+    ``manage.py runstator`` runs it: Django's ``run_from_argv`` marks the command (under a
+    plain ``call_command`` nothing is frozen, see the test above)."""
     import gc
 
+    from stator.django.management.commands.runstator import Command
+
+    monkeypatch.setattr(Command, "_called_from_command_line", True)
     frozen: list[int] = []
     monkeypatch.setattr(NoteStates.states["draft"], "handler", lambda note: frozen.append(
         gc.get_freeze_count()) or NoteStates.sent)

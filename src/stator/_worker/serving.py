@@ -57,9 +57,13 @@ def serve_metrics(port: int | None, host: str = "127.0.0.1") -> None:
     log.info("metrics on http://%s:%d/metrics", host, port, extra={"action": "metrics_start"})
 
 
-def serve(stator: Stator, worker: Worker, with_signals: bool = True) -> RunSummary:
+def serve(
+    stator: Stator, worker: Worker, with_signals: bool = True, freeze: bool = True
+) -> RunSummary:
     """Run a worker until it stops, logging its start and end (``stator run``, and Django's
-    ``manage.py runstator``).  ``with_signals=False`` off the main thread (``--reload``)."""
+    ``manage.py runstator``).  ``with_signals=False`` off the main thread (``--reload``).
+    ``freeze=False`` where the worker is not the process's own (``call_command`` in a test
+    suite): objects frozen there would never be collected once they became garbage."""
     log.info(
         "worker %s: %s on %s, concurrency %d", worker.id,
         ", ".join(t.label for t in worker.tracked), stator.url, worker.options.concurrency,
@@ -68,7 +72,8 @@ def serve(stator: Stator, worker: Worker, with_signals: bool = True) -> RunSumma
     # Everything made so far (modules: Django's, SQLAlchemy's, the app's) lives as long as
     # the process: set aside from the collector, it is not scanned by every full collection,
     # nor at exit (where scanning it took over a second on a busy 2-core machine).
-    gc.freeze()
+    if freeze:
+        gc.freeze()
     summary = run_with_signals(worker, with_signals)
     log.info(
         "worker %s stopped (%s): %d rows processed, %d transitions in %.1fs",

@@ -69,8 +69,11 @@ class Command(BaseCommand):
         # aside from the collector before SQLAlchemy and the engine load (``serve`` freezes
         # what follows), the collections of the start-up no longer scan them.  A full one
         # took 26-35 ms of the 0.9 s of CPU to the first task (issue 21, item 9).  So this
-        # module imports the engine (``_setup``) in its functions, not at its top.
-        gc.freeze()
+        # module imports the engine (``_setup``) in its functions, not at its top.  Only for
+        # ``manage.py runstator``: under ``call_command`` (a test suite's) the process lives
+        # on, and what is frozen would never be collected once it became garbage.
+        if self.owns_process:
+            gc.freeze()
         from stator._console import fail, setup_logging
         from stator._limits import MAX_CONCURRENCY
 
@@ -119,16 +122,22 @@ class Command(BaseCommand):
         close_idle_connection(_setup.stator_settings()["DATABASE"])
         with django_log_lines(options["verbosity"]):
             if with_signals:
-                serve(stator, worker)
+                serve(stator, worker, freeze=self.owns_process)
                 return
             # --reload: this runs off the main thread, which watches the code; a change (or
             # SIGTERM) exits the process, and the worker stops gracefully on the way out.
             served = threading.Event()
             atexit.register(_stop_and_wait, worker, served)
             try:
-                serve(stator, worker, with_signals=False)
+                serve(stator, worker, with_signals=False, freeze=self.owns_process)
             finally:
                 served.set()
+
+    @property
+    def owns_process(self) -> bool:
+        """Whether this worker is its process's reason to exist (``manage.py runstator``,
+        where Django's ``run_from_argv`` marks the command), not ``call_command``'s guest."""
+        return bool(getattr(self, "_called_from_command_line", False))
 
     def _reloaded_run(self, **options: Any) -> None:
         self._run(options, with_signals=False)
