@@ -161,8 +161,8 @@ def _typed_model() -> Any:
 
 
 def test_a_claimed_row_holds_the_values_the_orm_loads(backend, clock, make_stator):
-    """Whichever way a claim reads its rows (SQLite: the DB-API cursor, ``_raw_claim``), the
-    handler sees every column as the ORM itself loads it."""
+    """Whichever way a claim reads its rows (the DB-API cursor, ``_raw_claim``, on both
+    databases), the handler sees every column as the ORM itself loads it."""
     model, item = _typed_model()
     stator = make_stator(backend, [model], clock)
     with Session(stator.engine) as session:
@@ -170,9 +170,8 @@ def test_a_claimed_row_holds_the_values_the_orm_loads(backend, clock, make_stato
         session.commit()
         loaded = session.get(model, 3)
         expected = {name: getattr(loaded, name) for name in _TYPED}
-    if backend == "sqlite":
-        [tracked] = stator.store.tracked
-        assert stator.store._loader(tracked).raw is not None  # the raw path is what runs
+    [tracked] = stator.store.tracked
+    assert stator.store._loader(tracked).raw is not None  # the raw path is what runs
     seen.clear()
     assert stator.run_once().transitions == 1
     assert seen["values"] == expected
@@ -199,3 +198,27 @@ def test_a_claims_rows_convert_their_shared_lease_once() -> None:
     assert first[2] is second[2] and first[1] is not second[1]
     assert calls == ["a", "lease", "b"]
     assert row_converter([None, None]) is None  # nothing to convert: rows used as read
+
+
+def test_the_engines_cursor_events_see_the_claim(backend, clock, make_stator):
+    """The claim on the DB-API cursor (``_raw_claim``) still fires the engine's cursor
+    events, before and after, so what listens to them (statement counters, tracing, SQL
+    logs) sees the claim as it sees every other statement."""
+    from sqlalchemy import event
+
+    order = _models(with_reconstructor=False)
+    stator = make_stator(backend, [order], clock)
+    [tracked] = stator.store.tracked
+    raw = stator.store._loader(tracked).raw
+    assert raw is not None
+    before: list[str] = []
+    after: list[str] = []
+    event.listen(stator.engine, "before_cursor_execute",
+                 lambda conn, cursor, sql, *rest: before.append(sql))
+    event.listen(stator.engine, "after_cursor_execute",
+                 lambda conn, cursor, sql, *rest: after.append(sql))
+    with Session(stator.engine) as session:
+        session.add(order(id=7, note="as inserted"))
+        session.commit()
+    assert stator.run_once().claimed == 1
+    assert before.count(raw.sql) == 1 and after.count(raw.sql) == 1

@@ -220,19 +220,46 @@ def test_a_claim_that_finds_sqlite_busy_raises_sqlalchemys_error(
 def test_a_claim_the_database_refuses_raises_sqlalchemys_error(
     rig: Rig, clock: ManualClock
 ) -> None:
-    """A claim statement SQLite refuses (on the DB-API cursor, ``_raw_claim``) is raised
-    as SQLAlchemy's error, which the worker's judgement of errors reads."""
-    if rig.postgresql:
-        pytest.skip("the claim on the DB-API cursor is SQLite's")
-    from sqlalchemy.exc import OperationalError
+    """A claim statement the database refuses (on the DB-API cursor, ``_raw_claim``) is
+    raised as SQLAlchemy's error, which the worker's judgement of errors reads."""
+    from sqlalchemy.exc import DBAPIError
 
     driver = rig.driver(rig.model(Flow))
     (tracked,) = driver.tracked
     other = rig.other_connection()
     other.execute(f"DROP TABLE {tracked.table.name}")
     other.close()
-    with pytest.raises(OperationalError, match="no such table"):
+    with pytest.raises(DBAPIError, match=r"no such table|does not exist"):
         driver.claim(tracked, clock.now(), 5)
+
+
+def test_a_claim_whose_connection_was_lost_says_so_and_the_next_claim_reconnects(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """The server ends the claim's connection while it is lent to the claim: the claim
+    fails as SQLAlchemy's error saying the connection is lost (what the worker's outage
+    handling reads, ``_db_errors.connection_lost``), and the next claim runs on a new one."""
+    if not rig.postgresql or rig.kind != "sqlalchemy":
+        pytest.skip("the SQLAlchemy driver's claim on psycopg's cursor")
+    from sqlalchemy.exc import DBAPIError
+
+    from stator._db_errors import connection_lost
+
+    driver: Any = rig.driver(rig.model(Flow))
+    (tracked,) = driver.tracked
+    now = clock.now()
+    rig.insert(driver, {"id": 1, "state": "new", "state_changed": now, "state_next": now})
+    raw = driver._loader(tracked).raw
+    assert raw is not None
+    with driver.engine.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        other = rig.other_connection()
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        other.close()
+        with pytest.raises(DBAPIError) as failed:
+            raw.fetch(conn, driver.ops.claim_params(tracked, now, 5))
+    assert connection_lost(failed.value)
+    assert [c.pk for _obj, c in driver.claim(tracked, now, 5)] == [1]
 
 
 # A value a row cannot be read with, per database (valid to the database, not to Python).

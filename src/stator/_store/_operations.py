@@ -67,15 +67,15 @@ class SqlOperations:
         """A claim statement, on its own connection, as one write transaction (or one
         autocommit statement, per ``claim_options``); the rows it leased.  With ``lock``
         (``Statements.claim_lock``), always a transaction that runs ``lock`` first.  With
-        ``raw``, on SQLite the same statement runs on the connection's DB-API cursor
+        ``raw``, the same statement runs on the connection's DB-API cursor
         (``_raw_claim``), its rows converted as ``statement``'s would be."""
         options = self.claim_options if lock is None else WRITE
         with self._writer, self.engine.connect().execution_options(**options) as conn, \
                 conn.begin():
             if lock is not None:
                 conn.execute(text(lock))
-            if raw is not None and (dbapi := self.driver.sqlite_connection(conn)) is not None:
-                return raw.fetch(dbapi, params)
+            if raw is not None:
+                return raw.fetch(conn, params)
             return conn.execute(statement, params).all()
 
     def claim_params(self, tracked: TrackedModel, now: datetime, limit: int) -> dict[str, Any]:

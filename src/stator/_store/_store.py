@@ -143,7 +143,7 @@ class Store(SharedParts):
         loader = self._loaders.get(tracked.name)
         if loader is None:
             loader = self._loaders[tracked.name] = _Loader(
-                tracked, tracked.sql.claim or "", self.engine.dialect, self.dialect.named_params)
+                tracked, tracked.sql.claim or "", self.engine.dialect)
         return loader
 
     def load_one(self, conn: Connection, tracked: TrackedModel, key: Any) -> ClaimedRow:
@@ -198,21 +198,15 @@ class _Loader:
     """
 
     def __init__(
-        self, tracked: TrackedModel, sql: str, dialect: Dialect, named_params: bool
-    ) -> None:
+        self, tracked: TrackedModel, sql: str, dialect: Dialect) -> None:
         configure_mappers()  # the attribute machinery the objects need must exist
         mapper: Any = inspect(tracked.model)
         self.manager = mapper.class_manager
         self.fast = not self.manager.dispatch.load and not self.manager.dispatch.refresh
         self.statement = text(sql).columns(*tracked.table.c)
-        # The same claim on the DB-API cursor (``_raw_claim``) where the driver takes the
-        # statement as written, unless its text holds a backslash: ``text()`` reads ``\:``
-        # as an escaped colon, the driver would not.
-        self.raw = (
-            RawClaim.build(sql, list(tracked.table.c), dialect,
-                           list(tracked.table.c.keys()).index("state_next"))
-            if named_params and "\\" not in sql else None
-        )
+        # The same claim on the DB-API cursor (``_raw_claim``) where the driver allows it.
+        self.raw = RawClaim.build(sql, list(tracked.table.c), dialect,
+                                  list(tracked.table.c.keys()).index("state_next"))
         self.one = text(
             f"SELECT {', '.join(tracked.quoted_columns)} FROM {tracked.quoted_table} "
             f"WHERE {tracked.quoted_pk} = :pk"
