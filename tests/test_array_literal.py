@@ -47,3 +47,28 @@ def test_timestamps_in_the_engines_form_come_back_as_sent(
 ) -> None:
     when = datetime(2026, 11, 25, 13, 0, 1, 123456, tzinfo=UTC)
     assert read_back(pg_admin, [when.isoformat(), None], "timestamptz") == [when, None]
+
+
+def test_a_batch_of_times_goes_in_binary_and_comes_back_to_the_microsecond(
+    pg_admin: psycopg.Connection[Any],
+) -> None:
+    """The write's times travel as a binary ``timestamptz[]`` (``TimeArray``), not as text:
+    the fence compares them for equality, so each must arrive to the microsecond."""
+    from psycopg.adapt import PyFormat
+
+    from stator._store._dialects._postgres import PostgresDialect, TimeArray, binary_times
+
+    times = [datetime(2026, 11, 27, 21, 0, 0, 123457, tzinfo=UTC), None,
+             datetime(1999, 1, 2, 3, 4, 5, 6, tzinfo=UTC)]
+    sent = PostgresDialect().batch_times(times)
+    assert type(sent) is TimeArray
+    binary_times(pg_admin.adapters)
+    dumper = psycopg.adapt.Transformer(pg_admin).get_dumper(sent, PyFormat.AUTO)
+    assert dumper.format == psycopg.pq.Format.BINARY
+    row = pg_admin.execute("SELECT CAST(%s AS timestamptz[])", [sent]).fetchone()
+    assert row is not None and list(row[0]) == times
+    # No time at all (every row moved to a terminal state): sent as the text it always was.
+    nothing = PostgresDialect().batch_times([None, None])
+    assert type(nothing) is not TimeArray
+    row = pg_admin.execute("SELECT CAST(%s AS timestamptz[])", [nothing]).fetchone()
+    assert row is not None and list(row[0]) == [None, None]

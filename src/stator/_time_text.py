@@ -8,7 +8,9 @@ spell times this way, and neither need import the other for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
@@ -41,3 +43,23 @@ def from_sqlite_text(value: str) -> datetime:
         # datetime made (with ``UTC`` itself as its zone) instead of two; about 6x faster.
         return datetime.fromisoformat(value + "+00:00")
     return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+class TimeTexts:
+    """``format`` (a time as a database's parameter) for one batch, each distinct time
+    formatted once (a claim's rows share their lease, a move's due time is often its change
+    time); None stays None."""
+
+    __slots__ = ("_format", "_seen")
+
+    def __init__(self, format: Callable[[datetime], Any]) -> None:
+        self._format = format
+        self._seen: dict[datetime, Any] = {}
+
+    def __call__(self, value: datetime | None) -> Any:
+        if value is None:
+            return None
+        text = self._seen.get(value)
+        if text is None:
+            text = self._seen[value] = self._format(value)
+        return text

@@ -16,6 +16,7 @@ from sqlalchemy.pool import SingletonThreadPool
 from .. import _local_wakeups
 from ..errors import ConfigError
 from ._dialects import BEGIN_OPTION, dialect_for
+from ._dialects._postgres import binary_times
 
 # The begin mode of a claim (see ``django_engine``); SQLite claims take the write lock instead.
 AUTOCOMMIT = "autocommit"
@@ -75,6 +76,7 @@ class _Borrowed:
         if self._prepares and getattr(raw, "prepare_threshold", 0) is None:
             # Django's own cursors bind on the client side and never prepare: only ours do.
             raw.prepare_threshold = PREPARE_THRESHOLD
+            binary_times(raw.adapters)  # a fresh connection: the write's times in binary
         return raw
 
     def in_django_transaction(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -24,7 +24,7 @@ from .._clock import Clock
 from .._db_errors import database_errors
 from .._limits import next_cursor
 from .._policy import Write
-from .._time_text import to_sqlite_text
+from .._time_text import TimeTexts, to_sqlite_text
 from ..errors import ConfigError
 from . import _schema, _unreadable, _wake_sender, _write_columns
 from ._dialects import BEGIN_OPTION, SqlDialect
@@ -159,7 +159,7 @@ class SqlOperations:
         folded in when one is due; returns the primary keys whose fence no longer held."""
         delete = writes[0].delete
         history = not delete and tracked.history_type is not None
-        params = self.dialect.batch_columns(self._batch(writes, history))
+        params = self.dialect.batch_columns(self._batch(writes, history, not delete))
         sql = tracked.sql.delete if delete else tracked.sql.write
         notify = tracked.sql.write_notify
         if not delete and notify and any(w.moved for w in writes) and self._notify_due(tracked):
@@ -184,7 +184,7 @@ class SqlOperations:
             else:
                 applied.update(self._write_batch(conn, tracked, updates))
         if deletes:
-            params = self.dialect.batch_columns(self._batch(deletes))
+            params = self.dialect.batch_columns(self._batch(deletes, sets=False))
             applied.update(conn.execute(text(tracked.sql.delete), params).scalars())
         if not tracked.write_columns:  # else the fenced write above wrote them
             extras = [w for w in updates if w.extra is not None and w.pk in applied]
@@ -228,7 +228,7 @@ class SqlOperations:
         unpacked by ``json_each`` and nine ``->>`` per row) cost more CPU than the rows' own
         updates, in Python and in SQLite alike.  ``executemany`` would be cheaper still but
         cannot say which rows it changed."""
-        ts = _TimeTexts(to_sqlite_text)
+        ts = TimeTexts(to_sqlite_text)
         history = tracked.history_type is not None
         cursor = raw.cursor()
         sql = tracked.sql.write_row
@@ -276,28 +276,31 @@ class SqlOperations:
         """A notification on the wake-up channel (the listener's check that they arrive)."""
         _wake_sender.notify_now(self.engine, self.dialect, payload)
 
-    def _batch(self, writes: Sequence[Write], history: bool = True) -> dict[str, list[Any]]:
+    def _batch(
+        self, writes: Sequence[Write], history: bool = True, sets: bool = True
+    ) -> dict[str, list[Any]]:
         """The statement's batch columns (``dialect.batch_columns`` makes them parameters),
-        built column by column (``WRITE_COLUMNS``), not a record per row.  Each distinct time
-        is formatted once: a claim's rows share their lease (the fence), and a move's due time
-        is often its change time.  ``history``: the
-        table keeps ``state_history`` (only then is ``changed_iso`` read; formatting it for
-        nothing cost a tenth of the write's Python time)."""
-        ts = _TimeTexts(self.dialect.ts_json)
-        return {
+        built column by column (``_statements.WRITE_COLUMNS``), not a record per row, and only
+        those the statement reads: ``sets`` false, the fence alone (a delete); ``history``
+        false, no ``moved`` nor ``changed_iso`` (read only for ``state_history``).  Times go
+        as the dialect batches them (``SqlDialect.batch_times``)."""
+        times = self.dialect.batch_times
+        columns = {
             "pk": [w.pk for w in writes],
             "fence_state": [w.fence_state for w in writes],
-            "fence": [ts(w.fence) for w in writes],
-            "state": [w.state for w in writes],
-            "changed": [ts(w.state_changed) for w in writes],
-            "next": [ts(w.state_next) for w in writes],
-            "attempts": [w.attempts for w in writes],
-            "moved": [w.moved for w in writes],
-            "changed_iso": [
-                w.state_changed.isoformat() if history and w.state_changed else None
-                for w in writes
-            ],
+            "fence": times([w.fence for w in writes]),
         }
+        if not sets:
+            return columns
+        columns["state"] = [w.state for w in writes]
+        columns["changed"] = times([w.state_changed for w in writes])
+        columns["next"] = times([w.state_next for w in writes])
+        columns["attempts"] = [w.attempts for w in writes]
+        if history:
+            columns["moved"] = [w.moved for w in writes]
+            columns["changed_iso"] = [
+                w.state_changed.isoformat() if w.state_changed else None for w in writes]
+        return columns
 
     def _record_errors(
         self, conn: Connection, tracked: TrackedModel, writes: list[Write], worker_id: str
@@ -368,25 +371,6 @@ class SqlOperations:
 
 # ``write_row``'s ?1…?9 and ``write_row_extra``'s more, bound by name.
 _ROW_NAMES = tuple(str(i) for i in range(1, 100))
-
-
-class _TimeTexts:
-    """``format`` (a dialect's time as a parameter) for one batch, each distinct time formatted
-    once; None stays None."""
-
-    __slots__ = ("_format", "_seen")
-
-    def __init__(self, format: Callable[[datetime], Any]) -> None:
-        self._format = format
-        self._seen: dict[datetime, Any] = {}
-
-    def __call__(self, value: datetime | None) -> Any:
-        if value is None:
-            return None
-        text = self._seen.get(value)
-        if text is None:
-            text = self._seen[value] = self._format(value)
-        return text
 
 
 def writer_lock(dialect: SqlDialect) -> AbstractContextManager[Any]:

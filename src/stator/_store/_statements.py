@@ -20,17 +20,16 @@ from ._limit_statements import limited_claim_sql
 if TYPE_CHECKING:
     from ._tracked import TrackedModel
 
-WRITE_COLUMNS = [
-    ("pk", "PK"),
-    ("fence_state", "text"),
-    ("fence", "timestamptz"),
-    ("state", "text"),
-    ("changed", "timestamptz"),
-    ("changed_iso", "text"),
-    ("next", "timestamptz"),
+# The columns of a batch's fenced write (``_write_sql``) and delete, as (name, SQL type).
+# Only what a statement reads is sent: a delete reads the fence, and ``moved`` and
+# ``changed_iso`` are read only by a table that keeps ``state_history``.
+FENCE_COLUMNS = [("pk", "PK"), ("fence_state", "text"), ("fence", "timestamptz")]
+SET_COLUMNS = [
+    ("state", "text"), ("changed", "timestamptz"), ("next", "timestamptz"),
     ("attempts", "integer"),
-    ("moved", "boolean"),
 ]
+HISTORY_COLUMNS = [("moved", "boolean"), ("changed_iso", "text")]
+WRITE_COLUMNS = FENCE_COLUMNS + SET_COLUMNS + HISTORY_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +109,7 @@ def build_statements(t: TrackedModel, d: SqlDialect) -> Statements:
             ),
             claim_lock=d.limit_lock(t.name) if t.limited else None,
         )
-    columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
-    source = d.batch_source(columns)
+    source = d.batch_source(_typed(t, FENCE_COLUMNS))
     write = _write_sql(t, d)
     more = t.write_columns_sql
     return replace(
@@ -132,8 +130,8 @@ def _write_sql(t: TrackedModel, d: SqlDialect, more: tuple[tuple[str, str], ...]
     """The fenced write-back of a batch; with ``more`` ((quoted column, its type)…), those
     columns set too, from the batch's ``x0``, ``x1``…, under the same fence."""
     table, pk = t.quoted_table, t.quoted_pk
-    columns = [(n, t.pk_type if ty == "PK" else ty) for n, ty in WRITE_COLUMNS]
-    columns += [(f"x{i}", sqltype) for i, (_, sqltype) in enumerate(more)]
+    read = FENCE_COLUMNS + SET_COLUMNS + (HISTORY_COLUMNS if t.history_type else [])
+    columns = _typed(t, read) + [(f"x{i}", sqltype) for i, (_, sqltype) in enumerate(more)]
     source = d.batch_source(columns)
     history = ""
     if t.history_type is not None:
@@ -149,6 +147,11 @@ def _write_sql(t: TrackedModel, d: SqlDialect, more: tuple[tuple[str, str], ...]
         f"FROM {source} WHERE {table}.{pk} = v.pk AND {table}.state = v.fence_state "
         f"AND {table}.state_next = v.fence RETURNING {table}.{pk}"
     )
+
+
+def _typed(t: TrackedModel, columns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``columns`` with the key's own SQL type in place of ``PK``."""
+    return [(n, t.pk_type if ty == "PK" else ty) for n, ty in columns]
 
 
 def _next_claimable_sql(table: str, states: list[str], d: SqlDialect, extra: str) -> str:

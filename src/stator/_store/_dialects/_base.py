@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..._time_text import TimeTexts
+
 # SQLAlchemy is imported where it runs: Django's fields ask a dialect how to spell a time
 # while apps load, and must not bring in the toolkit (a quarter of a second) to do so.
 if TYPE_CHECKING:
@@ -124,6 +126,11 @@ class SqlDialect:
     def batch_source(self, columns: list[tuple[str, str]]) -> str:
         """The rows of a batch of writes as a table ``v``; bound by ``batch_params``."""
         return self.payload_source(columns)
+
+    def batch_times(self, values: list[datetime | None]) -> Any:
+        """A batch's column of times, as ``batch_columns`` takes it: here each as
+        ``ts_json`` spells it, each distinct time spelt once."""
+        return [*map(TimeTexts(self.ts_json), values)]
 
     def batch_params(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"payload": json.dumps(records)}

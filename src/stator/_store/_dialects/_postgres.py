@@ -107,8 +107,18 @@ class PostgresDialect(SqlDialect):
             return {}
         return {f"b_{name}": array_literal([r[name] for r in records]) for name in records[0]}
 
+    def batch_times(self, values: list[datetime | None]) -> Any:
+        # The times as they are, sent as one binary timestamptz[] (``TimeArray``): no text
+        # per row in Python (formatting them cost about 0.5 us each) nor parsed by the server.
+        if values.count(None) == len(values):
+            return values  # no time to send (every row moved to a terminal state): as text
+        return TimeArray(values)
+
     def batch_columns(self, columns: dict[str, list[Any]]) -> dict[str, Any]:
-        return {f"b_{name}": array_literal(values) for name, values in columns.items()}
+        return {
+            f"b_{name}": values if type(values) is TimeArray else array_literal(values)
+            for name, values in columns.items()
+        }
 
     def history_append(
         self, table: str, history_type: str, state: str = "v.state",
@@ -271,10 +281,31 @@ def configure_postgres(engine: Engine, idle_limit: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         millis = int(engine._stator_idle_limit * 1000)  # type: ignore[attr-defined]
+        if hasattr(dbapi_conn, "adapters"):  # psycopg 3 (not psycopg2)
+            binary_times(dbapi_conn.adapters)
         cursor = dbapi_conn.cursor()
         cursor.execute(f"SET idle_in_transaction_session_timeout = {millis}")
         cursor.close()
         dbapi_conn.commit()
+
+
+class TimeArray(list[datetime | None]):
+    """A batch's column of times, which psycopg sends as one binary ``timestamptz[]``
+    (``binary_times``); any other driver adapts it as the list it is, which the statement's
+    ``CAST`` reads as well.  For 100 times, about 13 us of Python against 50 us as text."""
+
+    __slots__ = ()
+
+
+def binary_times(adapters: Any) -> None:
+    """Tell psycopg's ``adapters`` (a connection's, or the global map) to send a
+    ``TimeArray`` as a binary ``timestamptz[]``.  Each connection Stator runs on is told when
+    it connects (``configure_postgres``, a Django connection when lent): one that copied the
+    global map before this (SQLAlchemy and Django register their own types on each) would
+    else dump it as text, which is as correct, and slower."""
+    from psycopg.types.array import ListBinaryDumper
+
+    adapters.register_dumper(TimeArray, ListBinaryDumper)
 
 
 def array_literal(values: Iterable[Any]) -> str:
