@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from . import _policy
@@ -82,9 +83,11 @@ class Executor:
         state = tracked.graph.states[claimed.state]
         return Task(tracked, obj, claimed, state.timeout)
 
-    def before(self, task: Task) -> bool:
-        """Settle rows that need no handler; True if the handler must run."""
-        now = self.clock.now()
+    def before(self, task: Task, now: datetime | None = None) -> bool:
+        """Settle rows that need no handler; True if the handler must run.  ``now``: a time
+        the caller has just read from the clock."""
+        if now is None:
+            now = self.clock.now()
         write = _policy.before_run(task.tracked.graph, task.claimed, now)
         if write is None and now.timestamp() + task.timeout > task.claimed.lease_until.timestamp():
             write = _policy.release(task.claimed, now)  # not enough lease left to start
@@ -93,7 +96,10 @@ class Executor:
             return False
         return True
 
-    def run_sync(self, task: Task) -> None:
+    def run_sync(self, task: Task, clock_seen: bool = False) -> datetime | None:
+        """Run the handler and conclude; the time its write was decided at (read after the
+        handler) when nothing slower followed (a commit, a failure's hook), else None.
+        ``clock_seen``: the caller already lets handlers see the clock (``handlers_see``)."""
         if isinstance(task.obj, PlainRow):
             # No scope of the driver's, and none kept open around this handler (Django's
             # kept atomic block would make its own writes wait for a later row's commit).
@@ -102,13 +108,13 @@ class Executor:
         else:
             session = self.scopes.for_thread(task)
         try:
-            outcome = self._invoke(task)
+            outcome = self._invoke(task, clock_seen)
         except BaseException as exc:  # the thread is dying: record and let it go
             outcome = _failure("error", exc)
             task.error = exc
             self._conclude(task, session, outcome)
             raise
-        self._conclude(task, session, outcome)
+        return self._conclude(task, session, outcome)
 
     async def run_async(self, task: Task) -> None:
         plain = isinstance(task.obj, PlainRow)
@@ -132,12 +138,15 @@ class Executor:
             await self.store.after_async_error()
         await asyncio.to_thread(self._conclude, task, session, outcome)
 
-    def _invoke(self, task: Task) -> Outcome:
+    def _invoke(self, task: Task, clock_seen: bool = False) -> Outcome:
         handler = task.tracked.graph.states[task.claimed.state].handler
         assert handler is not None
         try:
-            with handlers_see(self.clock):
+            if clock_seen:
                 returned = handler(task.obj)
+            else:
+                with handlers_see(self.clock):
+                    returned = handler(task.obj)
             return self._interpret(task, returned)
         except TryAgainLater as signal:
             return Stayed(signal.delay)
@@ -158,22 +167,22 @@ class Executor:
             return Failed("invalid", target, _returned_from(handler))
         return moved_to(target)
 
-    def _conclude(self, task: Task, scope: HandlerScope, outcome: Outcome) -> None:
-        """Turn the outcome into a write, committing the handler's changes with it if any."""
+    def _conclude(self, task: Task, scope: HandlerScope, outcome: Outcome) -> datetime | None:
+        """Turn the outcome into a write, committing the handler's changes with it if any;
+        the time it was decided at if nothing slower followed (see ``run_sync``)."""
         try:
             if not task.finish():
-                return  # abandoned past its deadline: the late result is discarded
+                return None  # abandoned past its deadline: the late result is discarded
             outcome, extra = _extra(task, outcome)
-            write = _policy.after_run(
-                task.tracked.graph, task.claimed, outcome, self.clock.now(), extra
-            )
+            now = self.clock.now()
+            write = _policy.after_run(task.tracked.graph, task.claimed, outcome, now, extra)
             if isinstance(outcome, Failed):
                 # A decided failure's handler left its own record (``stator_extra``).
                 task.write = self._noted(task, write) if outcome.then is None else write
-                return
+                return None
             if not scope.wrote():
                 task.write = write
-                return
+                return now
             try:
                 if scope.commit_with(self.store, task.tracked, write, self.worker_id):
                     task.lost = True
@@ -188,6 +197,7 @@ class Executor:
                 task.write = self._noted(task, _policy.after_run(
                     task.tracked.graph, task.claimed, outcome, self.clock.now()
                 ))
+            return None
         finally:
             scope.release()
 

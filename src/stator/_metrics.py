@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +124,13 @@ def handler_seconds(seconds: float) -> None:
     p = _prometheus
     if p is not None:
         p.handler.observe(seconds)
+
+
+def handler_observer() -> Callable[[float], None] | None:
+    """``handler_seconds`` for a slice of handler runs: None (nothing to do) without metrics,
+    asked once per slice rather than once per row."""
+    p = _prometheus
+    return None if p is None else p.handler.observe
 
 
 def db_error() -> None:

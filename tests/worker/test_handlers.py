@@ -146,6 +146,7 @@ def test_a_handler_past_its_deadline_is_abandoned_and_its_thread_replaced(
         assert task.write is not None and task.write.failure is not None
         assert task.write.failure.kind == "timeout"
         assert "check_new" in task.write.failure.traceback  # where the thread hung
+        assert p.pool.nearest_deadline() is None  # its deadline is dealt with: no wait on it
         assert p.pool.replaced == 1
         insert(stator, models.Order, 2, note="fine")
         p.hand_out(1)
@@ -267,6 +268,24 @@ def test_a_free_thread_takes_the_rows_waiting_behind_a_slow_one(
         assert sorted(t.claimed.pk for t in tasks) == [2, 3, 4]
         assert all(t.write is not None and t.write.state == "done" for t in tasks)
         assert not p.pool.has_finished()  # the slow one: still running
+
+
+def test_the_coordinator_is_woken_when_the_last_results_are_in(
+    backend: str, build_models: Any, make_stator: Any
+) -> None:
+    """Results are counted back once per slice, not per row: the kick comes when the last
+    row handed out has run (every row taken, its result appended), and the counts agree."""
+    models = build_models(Quick)
+    stator = make_stator(backend, [models.Order], SystemClock())
+    insert(stator, models.Order, 1, 2, 3)
+    with started_pool(stator, concurrency=1) as p:
+        p.hand_out(3)  # untimed handlers: a slice per row, three hand-offs
+        assert p.signals.kick.wait(PATIENCE)
+        tasks = p.pool.finished()
+        assert sorted(t.claimed.pk for t in tasks) == [1, 2, 3]
+        assert all(t.write is not None and t.write.state == "done" for t in tasks)
+        assert p.pool.queued == 0 and p.pool.backlog == 0
+        assert p.board.outstanding() == 0 and p.pool.nearest_deadline() is None
 
 
 def test_async_handlers_run_on_the_event_loop(

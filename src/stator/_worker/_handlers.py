@@ -22,13 +22,13 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from .. import _metrics, _policy
 from .._board import Board, ThreadState
-from .._clock import Clock
+from .._clock import Clock, handlers_see
 from .._execute import Executor, Task, stack_of
-from ._slices import Slice, next_row, slice_size, take_all
+from ._slices import Slice, Taken, next_row, slice_size, take_all
 from ._state import Signals, Timing, WorkerOptions
 
 log = logging.getLogger("stator.worker")
@@ -50,10 +50,14 @@ class HandlerPool:
         self._with_loop = with_loop  # some handler is async: run an event loop for it
         self.timing = Timing(options.concurrency)  # written by handler threads, under a lock
         self._queue: queue.SimpleQueue[Slice | None] = queue.SimpleQueue()
-        self._queued = 0  # tasks handed in, not yet started by a thread (under _queued_lock)
+        # Sync rows handed in (less those handed back unstarted), under _queued_lock; each
+        # thread counts the rows it takes in a counter of its own, without a lock.
+        self._handed_in = 0
+        self._taken: list[Taken] = []  # one per thread ever started (coordinator appends)
         self._queued_lock = threading.Lock()
-        self._running: set[Task] = set()  # under _running_lock
-        self._running_lock = threading.Lock()
+        # The row each handler thread runs, for ``tend`` (its deadline): written by its own
+        # thread (one slot each, made by the coordinator before the thread starts).
+        self._current: dict[str, Task | None] = {}
         # The slice each handler thread works through (its rest goes back to the queue when
         # the thread is abandoned or dies).  Written by the handler threads, read by ``tend``.
         self._slices: dict[str, Slice] = {}
@@ -79,11 +83,14 @@ class HandlerPool:
     @property
     def backlog(self) -> int:
         """Rows handed in and not started yet (async ones: not finished yet)."""
-        return self._queued + self._async_inflight
+        return self.queued + self._async_inflight
 
     @property
     def queued(self) -> int:
-        return self._queued
+        """Sync rows handed in, not taken by a thread yet.  The threads' counts are read
+        first: a row handed in meanwhile counts as queued, never one taken as not."""
+        taken = sum([t.n for t in self._taken])
+        return self._handed_in - taken
 
     @property
     def replaced(self) -> int:
@@ -124,7 +131,7 @@ class HandlerPool:
         if loop is not None:
             sync = [t for t in tasks if not states[t.claimed.state].handler_is_async]
         with self._queued_lock:
-            self._queued += len(sync)
+            self._handed_in += len(sync)
             self._async_inflight += len(tasks) - len(sync)
         if loop is not None:
             for task in tasks:
@@ -135,10 +142,15 @@ class HandlerPool:
         for i in range(0, len(sync), size):
             self._queue.put(deque(sync[i:i + size]))
 
-    def finished(self) -> Iterator[Task]:
-        """Take the tasks whose outcome is in, oldest first."""
-        while self._finished:
-            yield self._finished.popleft()
+    def finished(self) -> list[Task]:
+        """Take the tasks whose outcome is in, oldest first; counted back on the board here,
+        once for all (the threads only append)."""
+        done, taken = self._finished, []
+        while done:
+            taken.append(done.popleft())
+        if taken:
+            self._board.take_back(len(taken))
+        return taken
 
     def has_finished(self) -> bool:
         return bool(self._finished)
@@ -162,7 +174,7 @@ class HandlerPool:
         """Hand back every row left in ``tasks`` (unstarted): due again at once."""
         for task in take_all(tasks):
             with self._queued_lock:
-                self._queued -= 1
+                self._handed_in -= 1
             task.write = _policy.release(task.claimed, self._clock.now())
             self._finish(task)
 
@@ -174,8 +186,8 @@ class HandlerPool:
 
     def nearest_deadline(self) -> float | None:
         """The nearest running handler's deadline (monotonic), if any runs with one."""
-        with self._running_lock:
-            deadlines = [t.deadline for t in self._running if t.deadline is not None]
+        deadlines = [d for t in list(self._current.values())
+                     if t is not None and (d := t.deadline) is not None]
         return min(deadlines) if deadlines else None
 
     def next_respawn(self) -> float | None:
@@ -185,12 +197,11 @@ class HandlerPool:
         """Abandon handlers past their deadline and replace their threads; replace threads
         that died (more slowly when they keep dying)."""
         now = time.monotonic()
-        with self._running_lock:
-            overdue = [t for t in self._running if t.deadline is not None and t.deadline <= now]
+        overdue = [t for t in list(self._current.values())
+                   if t is not None and (d := t.deadline) is not None and d <= now]
         for task in overdue:
             if task.abandon():
-                with self._running_lock:
-                    self._running.discard(task)
+                self._current.pop(task.thread, None)
                 log.warning(
                     "%s %s: handler for state %s passed its %gs deadline; abandoned",
                     task.tracked.name, task.claimed.pk, task.claimed.state, task.timeout,
@@ -199,7 +210,6 @@ class HandlerPool:
                 stack = stack_of(self._threads.get(task.thread))
                 task.write = self._executor.timed_out(task, stack)
                 self._finished.append(task)
-                self._board.take_back()
                 self._requeue_rest(task.thread)
                 self._replace_hung(task.thread)
         for name, thread in list(self._threads.items()):
@@ -240,28 +250,37 @@ class HandlerPool:
     def _spawn_thread(self) -> None:
         self._thread_seq += 1
         name = f"stator-handler-{self._thread_seq}"
-        thread = threading.Thread(target=self._thread_main, args=(name,), name=name, daemon=True)
-        self._threads[name] = thread
+        self._current[name] = None
+        taken = Taken()
+        self._taken.append(taken)
         self._board.report(name, ThreadState.IDLE)
+        thread = threading.Thread(
+            target=self._thread_main, args=(name, taken), name=name, daemon=True)
+        self._threads[name] = thread
         thread.start()
 
     # -- handler threads -------------------------------------------------------------------
 
-    def _thread_main(self, name: str) -> None:
+    def _thread_main(self, name: str, taken: Taken) -> None:
         scopes = self._executor.scopes
         scopes.keep_between_tasks()
         try:
-            self._handle_tasks(name)
+            with handlers_see(self._executor.clock):  # once per thread, not per handler
+                self._handle_tasks(name, taken)
         finally:
             try:
                 scopes.settle()
             finally:
                 self._thread_done()  # e.g. close this thread's Django connection
 
-    def _handle_tasks(self, name: str) -> None:
-        board = self._board
+    def _handle_tasks(self, name: str, taken: Taken) -> None:
+        """Slices from the queue, row by row: each row's own deadline (its slot in
+        ``_current``), results appended one by one, the rest once per slice: the clock read
+        a row ends on is the next one's start, timings noted and the coordinator woken."""
+        board, executor, clock, current = self._board, self._executor, self._clock, self._current
+        finished, kick, stop = self._finished, self._signals.kick, self._signals.stop
+        half = self._options.batch_size // 2
         board.report(name, ThreadState.WAITING, notify=False)
-        running = False
         task: Task | None = None
         try:
             while True:
@@ -270,68 +289,63 @@ class HandlerPool:
                     board.report(name, ThreadState.STOPPED)
                     return
                 self._slices[name] = tasks
+                board.report(name, ThreadState.RUNNING, notify=False)
+                observe = _metrics.handler_observer()
+                ran, spent = 0, 0.0
+                now, mark = clock.now(), time.monotonic()
                 while (task := next_row(tasks, self._slices)) is not None:
-                    with self._queued_lock:
-                        self._queued -= 1
-                    if self._signals.stop.is_set():
-                        task.write = _policy.release(task.claimed, self._clock.now())
+                    taken.n += 1
+                    if stop.is_set():
+                        task.write = _policy.release(task.claimed, clock.now())
                         self._finish(task)
                         task = None
                         continue
-                    if not running:  # routine states are reported on change only, not per row
-                        board.report(name, ThreadState.RUNNING, notify=False)
-                        running = True
-                    self._run_one(task, name)
+                    task.thread, task.started = name, mark
+                    task.deadline = mark + task.timeout
+                    current[name] = task
+                    if executor.before(task, now):
+                        now = executor.run_sync(task, clock_seen=True) or clock.now()
+                    else:
+                        task.finish()
                     if task.abandoned:
                         board.report(name, ThreadState.ABANDONED)
                         return  # a replacement thread took this one's place (and the rest)
-                    self._finish(task, more=bool(tasks))
+                    ended = time.monotonic()
+                    seconds, mark = ended - mark, ended
+                    ran, spent = ran + 1, spent + seconds
+                    if observe is not None:
+                        observe(seconds)
+                    finished.append(task)
                     task = None
+                    if len(finished) >= half and not kick.is_set():
+                        kick.set()
+                current[name] = None
                 self._slices.pop(name, None)
+                if ran:
+                    self.timing.note(spent, ran)
+                if self.queued == 0 and not kick.is_set():
+                    kick.set()  # the last slice is done: its results are in
                 if self._queue.empty():
                     # Nothing held open while waiting, however long: a handler's scope may
                     # be kept only from one task to the next (``keep_between_tasks``).
                     self._executor.scopes.settle()
                     board.report(name, ThreadState.WAITING, notify=False)
-                    running = False
         except BaseException:
             # The thread ends here; the coordinator sees DIED and starts a replacement.
             log.exception("handler thread %s died", name, extra={"action": "thread_died"})
-            if task is not None and not task.abandoned:
+            current.pop(name, None)
+            if task is not None and task.finish():  # not abandoned by ``tend`` meanwhile
                 self._finish(task)
             self._requeue_rest(name)
             board.report(name, ThreadState.DIED)
             self._signals.kick.set()
 
-    def _run_one(self, task: Task, thread: str) -> None:
-        task.thread = thread
-        started = time.monotonic()
-        task.started = started
-        task.deadline = started + task.timeout
-        with self._running_lock:
-            self._running.add(task)
-        try:
-            if self._executor.before(task):
-                self._executor.run_sync(task)
-            else:
-                task.finish()
-        finally:
-            with self._running_lock:
-                self._running.discard(task)
-            self._note_duration(time.monotonic() - started)
-
-    def _note_duration(self, seconds: float) -> None:
-        _metrics.handler_seconds(seconds)
-        self.timing.note(seconds)
-
-    def _finish(self, task: Task, more: bool = False) -> None:
-        """``more``: more rows of this thread's slice follow (the last one wakes the
-        coordinator, or half a batch finished does: not every row)."""
+    def _finish(self, task: Task) -> None:
+        """One result in (a row handed back, an async handler's, a dying thread's)."""
         self._finished.append(task)
-        self._board.take_back()
         kick = self._signals.kick
         half = len(self._finished) >= self._options.batch_size // 2
-        if (half or (self._queued == 0 and not more)) and not kick.is_set():
+        if (half or self.queued == 0) and not kick.is_set():
             # Setting a set Event still takes its lock and notifies.  Safe to skip: the append
             # above comes first, the coordinator clears the kick before it collects.
             kick.set()
@@ -366,7 +380,9 @@ class HandlerPool:
                     await self._executor.run_async(task)
                 else:
                     task.finish()
-                self._note_duration(time.monotonic() - started)
+                seconds = time.monotonic() - started
+                _metrics.handler_seconds(seconds)
+                self.timing.note(seconds)
         except Exception:
             log.exception("async handler wrapper failed", extra={"action": "async_failed"})
             if task.write is None and task.committed is None:

@@ -21,6 +21,16 @@ SLICE_SECONDS = 0.005
 Slice = deque[Task]
 
 
+class Taken:
+    """How many rows one handler thread has taken (from its slices or others'): written by
+    that thread alone, so without a lock; the pool sums every thread's."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 def slice_size(rows: int, concurrency: int, timed: bool, average: float) -> int:
     """Rows per hand-off: ``rows`` shared between the threads, a slice holding no more than
     ``SLICE_SECONDS`` of handler time; one row per slice until handlers are ``timed``."""

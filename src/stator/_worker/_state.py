@@ -121,7 +121,8 @@ class Tally:
 
 class Timing:
     """How long handlers take, for the coordinator's claim size.  Every handler thread and
-    the event loop write it, so under a lock; the coordinator only reads it."""
+    the event loop write it (a thread once per slice), so under a lock; the coordinator only
+    reads it."""
 
     def __init__(self, enough: int) -> None:
         self._lock = threading.Lock()
@@ -129,8 +130,13 @@ class Timing:
         self.average = 0.01  # seconds, a moving average (under _lock)
         self.measured = 0  # handler runs timed so far (capped; only "enough yet?" matters)
 
-    def note(self, seconds: float) -> None:
+    def note(self, seconds: float, runs: int = 1) -> None:
+        """``runs`` handler runs took ``seconds`` in all: the average moves as if each had
+        been noted in turn, taking the mean of them."""
         with self._lock:
-            self.average = 0.9 * self.average + 0.1 * seconds
-            if self.measured < self._enough:
-                self.measured += 1
+            if runs == 1:
+                self.average = 0.9 * self.average + 0.1 * seconds
+            else:
+                kept = 0.9 ** runs
+                self.average = kept * self.average + (1.0 - kept) * (seconds / runs)
+            self.measured = min(self.measured + runs, max(self.measured, self._enough))
