@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import _policy
@@ -70,6 +70,22 @@ class Task:
             return True
 
 
+# A state's timeout as a timedelta, made once per value: the lease check compares two
+# datetimes (``lease_until - now < span``, ~40 ns) where it took two ``timestamp()`` (~480 ns).
+_SPANS: dict[float, timedelta] = {}
+
+
+def _span(seconds: float) -> timedelta:
+    span = _SPANS.get(seconds)
+    if span is None:
+        try:
+            span = timedelta(seconds=seconds)
+        except OverflowError:
+            span = timedelta.max  # no lease is ever long enough for it
+        _SPANS[seconds] = span  # any thread; a race makes an equal timedelta twice, no harm
+    return span
+
+
 class Executor:
     """Knows how to run a task's handler and produce its write."""
 
@@ -89,7 +105,7 @@ class Executor:
         if now is None:
             now = self.clock.now()
         write = _policy.before_run(task.tracked.graph, task.claimed, now)
-        if write is None and now.timestamp() + task.timeout > task.claimed.lease_until.timestamp():
+        if write is None and task.claimed.lease_until - now < _span(task.timeout):
             write = _policy.release(task.claimed, now)  # not enough lease left to start
         if write is not None:
             task.write = write

