@@ -43,7 +43,7 @@ from . import _schema, _unreadable
 from ._bookkeeping import Bookkeeping
 from ._dialects import BEGIN_OPTION, dialect_for, listen_connection, with_client_settings
 from ._django_connections import AUTOCOMMIT, _Borrowed, database_url, django_engine, wake_key
-from ._django_rows import instance_maker, quick_converter
+from ._django_rows import instance_maker, quick_converter, row_converter
 from ._django_scopes import DjangoScopes
 from ._migrate import SchemaKeeper
 from ._operations import WRITE, SqlOperations
@@ -302,8 +302,7 @@ class DjangoStore(SharedParts):
         shape = shape or self._shape(tracked)
         conn = conn or connections[self.alias]
         values = list(row)
-        for i, convert in shape.converters:
-            values[i] = convert(values[i], None, conn)
+        shape.convert(values, conn)
         if shape.plain is not None and row[shape.state] in tracked.plain_states:
             obj = shape.plain(values)  # no from_db, no model signals: see ``_plain_rows``
         else:
@@ -352,6 +351,7 @@ class _RowShape:
             col = field.get_col(model._meta.db_table)
             for convert in conn.ops.get_db_converters(col) + col.get_db_converters(conn):
                 self.converters.append((i, quick_converter(convert, field)))
+        self.convert = row_converter(self.converters)  # all of a row's, in one call
         columns = list(tracked.table.c.keys())
         self.pk = self.attnames.index(tracked.pk_attr)
         self.state = columns.index("state")
