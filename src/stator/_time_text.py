@@ -9,32 +9,40 @@ spell times this way, and neither need import the other for it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
-# The last second formatted, and its text up to the microseconds: one tuple, replaced whole,
-# so a thread reading it sees a key and its own text, never another second's.
-_last_second: tuple[tuple[int, ...], str] = ((), "")
+# The last second formatted: its start, its end and its text up to the microseconds'
+# point; one tuple, replaced whole, so a thread reading it sees one second's bounds and text,
+# never another's.  At first, none (no time is both at least the latest and before it).
+_LATEST = datetime.max.replace(tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+_last_second: tuple[datetime, datetime, str] = (_LATEST, _LATEST, "")
 
 
 def to_sqlite_text(value: datetime) -> str:
     global _last_second
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
-    if value.tzinfo is not UTC:
+    zone = value.tzinfo
+    if zone is not UTC:
+        if zone is None:
+            raise ValueError(f"naive datetime {value!r}: Stator stores only timezone-aware times")
         value = value.astimezone(UTC)
     # The times written close together (a batch's) mostly share their second: its text is
-    # kept, and only the microseconds formatted, half the cost of ``isoformat`` with its
-    # "+00:00" (several times faster than strftime).
-    second = (value.second, value.minute, value.hour, value.day, value.month, value.year)
-    key, prefix = _last_second
-    if key != second:
-        prefix = value.isoformat(" ", "seconds")[:19]
-        _last_second = (second, prefix)
-    return f"{prefix}.{value.microsecond:06d}"
+    # kept, and only the microseconds formatted (a tenth of ``strftime``'s cost).  Whether
+    # the time is in that second is two comparisons, less than taking its fields apart.
+    start, end, prefix = _last_second
+    if not start <= value < end:
+        start = value.replace(microsecond=0)
+        prefix = value.isoformat(" ", "seconds")[:19] + "."
+        try:
+            end = start + _SECOND
+        except OverflowError:  # the last second there is: formatted anew each time
+            end = start
+        _last_second = (start, end, prefix)
+    return prefix + str(value.microsecond).zfill(6)
 
 
 def from_sqlite_text(value: str) -> datetime:

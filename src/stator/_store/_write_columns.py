@@ -49,12 +49,12 @@ def encoders(columns: WriteColumns, row_by_row: bool) -> Callable[[Any], tuple[A
     the text a batch's typed arrays read (UTC, ISO 8601)."""
     texts = _Texts(to_sqlite_text if row_by_row else _time)
     encode = {"time": texts.time, "json": texts.json, "value": _as_is}
-    steps = tuple((name, encode[kind]) for name, kind in columns)
-
-    def values(extra: Any) -> tuple[Any, ...]:
-        get = extra.get
-        return tuple([step(get(name)) for name, step in steps])  # inlined: no generator
-
+    # Written out for the columns (once per batch, against a row's loop over them): one
+    # call per column, no list, no tuple() of it.
+    scope: dict[str, Any] = {f"step_{i}": encode[kind] for i, (_, kind) in enumerate(columns)}
+    items = "".join(f"step_{i}(get({name!r})), " for i, (name, _) in enumerate(columns))
+    exec(f"def values(extra):\n    get = extra.get\n    return ({items})\n", scope)
+    values: Callable[[Any], tuple[Any, ...]] = scope["values"]
     return values
 
 
