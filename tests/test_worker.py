@@ -132,3 +132,29 @@ def test_until_idle_counts_what_it_did(backend, build_models, make_stator):
     summary = stator.run(until_idle=True, idle_window=0.2)
     assert (summary.reason, summary.processed, summary.transitions) == ("idle", 50, 50)
     assert stator.status()["workers"] == []  # a clean exit removes the heartbeat row
+
+
+def test_the_next_claim_runs_while_the_last_batchs_rows_are_still_unstarted(
+    backend, build_models, make_stator
+):
+    """Once handlers are timed (fast), a worker holds up to two batches of unstarted rows:
+    it claims the next batch as soon as half a batch fits, so its handler threads are not
+    left idle while that claim runs.  Before they are timed, no more than can start."""
+    models = build_models(HangsSync)
+    stator = make_stator(backend, [models.Order], SystemClock(), batch_size=10)
+    worker = stator.worker(concurrency=2)
+    pool = worker._handlers
+    backlog = {"rows": 0}
+    pool_type = type(pool)
+    original = pool_type.backlog
+    pool_type.backlog = property(lambda self: backlog["rows"])  # type: ignore[assignment]
+    try:
+        assert worker._room() == 2  # untimed: the threads' worth
+        backlog["rows"] = 2
+        assert worker._room() == 0
+        pool.timing.note(0.001, runs=10)  # timed: a millisecond a row
+        for rows, room in [(0, 10), (10, 10), (14, 6), (15, 5), (16, 0), (20, 0)]:
+            backlog["rows"] = rows
+            assert worker._room() == room, rows
+    finally:
+        pool_type.backlog = original  # type: ignore[method-assign]

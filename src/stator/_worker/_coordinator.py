@@ -202,18 +202,23 @@ class Worker:
 
     def _target_backlog(self) -> int:
         """How many unstarted rows to hold: enough to keep threads busy, few enough that they
-        all start well within their lease (rows held too long would expire unstarted)."""
+        all start well within their lease (rows held too long would expire unstarted).  Up
+        to two batches once handlers are timed: the next claim then runs while the handler
+        threads still work through the rows of the last one, instead of after them."""
         conc = self.options.concurrency
         timing = self._handlers.timing
         if timing.measured < conc:
             return conc  # until handlers have been timed, claim no more than can start
         wanted = int(conc * self._shortest_timeout / max(timing.average, 1e-4))
-        return max(conc, min(self.options.batch_size, wanted))
+        return max(conc, min(2 * self.options.batch_size, wanted))
 
     def _room(self) -> int:
-        backlog = self._handlers.backlog
+        """How many rows to claim now: up to a batch, once at least half a batch fits under
+        the target backlog (a claim of a few rows costs nearly what a full one does)."""
         target = self._target_backlog()
-        return min(target - backlog if backlog <= target // 2 else 0, self._tasks_left())
+        batch = min(self.options.batch_size, target)
+        room = target - self._handlers.backlog
+        return min(room if room >= (batch + 1) // 2 else 0, batch, self._tasks_left())
 
     def _tasks_left(self) -> int:
         """How many more rows ``max_tasks`` lets this worker claim for their handlers."""
