@@ -30,7 +30,7 @@ def test_sqlite_text_is_the_utc_time_to_the_microsecond(value: datetime) -> None
 def test_times_close_together_share_no_text_they_should_not(
     value: datetime, steps: list[int]
 ) -> None:
-    """One second's text is kept for the next time formatted (``_last_second``): times in
+    """One second's text is kept for the next time formatted (``_seconds``): times in
     the same second, the next one, or the same second of another minute, hour or day each
     get their own."""
     for step in steps:

@@ -15,16 +15,19 @@ from typing import Any
 SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
-# The last second formatted: its start, its end and its text up to the microseconds'
-# point; one tuple, replaced whole, so a thread reading it sees one second's bounds and text,
-# never another's.  At first, none (no time is both at least the latest and before it).
+# The last two seconds formatted, each as its start, its end and its text up to the
+# microseconds' point, the latest first: one tuple, replaced whole, so a thread reading it
+# sees each second's bounds with its own text, never another's.  Two, because a write-back
+# row alternates between two seconds (its change time, and its due time days later).  At
+# first, none (no time is both at least the latest and before it).
 _LATEST = datetime.max.replace(tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
-_last_second: tuple[datetime, datetime, str] = (_LATEST, _LATEST, "")
+_NONE = (_LATEST, _LATEST, "")
+_seconds: tuple[tuple[datetime, datetime, str], tuple[datetime, datetime, str]] = (_NONE, _NONE)
 
 
 def to_sqlite_text(value: datetime) -> str:
-    global _last_second
+    global _seconds
     zone = value.tzinfo
     if zone is not UTC:
         if zone is None:
@@ -33,15 +36,19 @@ def to_sqlite_text(value: datetime) -> str:
     # The times written close together (a batch's) mostly share their second: its text is
     # kept, and only the microseconds formatted (a tenth of ``strftime``'s cost).  Whether
     # the time is in that second is two comparisons, less than taking its fields apart.
-    start, end, prefix = _last_second
-    if not start <= value < end:
+    latest, other = _seconds
+    if latest[0] <= value < latest[1]:
+        prefix = latest[2]
+    elif other[0] <= value < other[1]:
+        prefix = other[2]
+    else:
         start = value.replace(microsecond=0)
         prefix = value.isoformat(" ", "seconds")[:19] + "."
         try:
             end = start + _SECOND
         except OverflowError:  # the last second there is: formatted anew each time
             end = start
-        _last_second = (start, end, prefix)
+        _seconds = ((start, end, prefix), latest)
     return prefix + str(value.microsecond).zfill(6)
 
 
