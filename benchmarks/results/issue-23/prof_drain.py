@@ -19,7 +19,12 @@ import time
 
 from sqlalchemy import create_engine, text
 
-from stator._bench._models import BenchPlainRow, BenchRow
+from stator._bench._models import BenchRow
+
+try:
+    from stator._bench._models import BenchPlainRow
+except ImportError:  # a version from before plain rows (the 9626597): ORM rows only
+    BenchPlainRow = BenchRow
 from stator._bench._places import insert_rows
 from stator._stator import Stator
 
